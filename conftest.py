@@ -1,0 +1,58 @@
+"""Test-session glue shared by unit tests and notebooks.
+
+- Prints the execution time of every notebook at the end of the run, slowest first, against the
+  book's budget (120 s a chapter, 20 minutes for the whole book, on 2 CPU cores).
+- Fails the run if --nbval was given but some notebook under book/ was not collected, so a
+  renamed or mis-pathed chapter cannot drop out of testing silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+CHAPTER_BUDGET_S = 120.0
+BOOK_BUDGET_S = 20 * 60.0
+ROOT = Path(__file__).parent
+
+os.environ.setdefault("COMPANION_PROFILE", "quick")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+_durations: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        _durations[path] += report.duration  # setup + call + teardown
+
+
+def pytest_collection_finish(session):
+    if not session.config.getoption("nbval", default=False):
+        return
+    if session.config.getoption("collectonly", default=False) or not any(
+        str(a).rstrip("/").endswith("book") or a in (".", str(ROOT)) for a in session.config.args
+    ):
+        return
+    collected = {Path(item.nodeid.split("::", 1)[0]).name for item in session.items if item.nodeid.split("::", 1)[0].endswith(".ipynb")}
+    expected = {p.name for p in (ROOT / "book").glob("*.ipynb")}
+    missing = sorted(expected - collected)
+    if missing:
+        raise pytest.UsageError(f"notebooks under book/ that nbval did not collect: {missing}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _durations:
+        return
+    tr = terminalreporter
+    tr.section("notebook execution time (slowest first)")
+    total = 0.0
+    for path, secs in sorted(_durations.items(), key=lambda kv: -kv[1]):
+        total += secs
+        flag = "  OVER BUDGET" if secs > CHAPTER_BUDGET_S else ""
+        tr.write_line(f"{secs:8.1f} s  {path}{flag}")
+    flag = "  OVER BUDGET" if total > BOOK_BUDGET_S else ""
+    tr.write_line(f"{total:8.1f} s  all notebooks (budget {CHAPTER_BUDGET_S:.0f} s a chapter, {BOOK_BUDGET_S / 60:.0f} min in all){flag}")

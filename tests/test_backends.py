@@ -1,0 +1,79 @@
+"""Every attention backend computes the same function, for MHA, GQA and MQA and every mask kind."""
+
+import pytest
+import torch
+
+from companion.attention import padding_mask
+from companion.backends import BACKENDS, attend, build_mask, expand_kv
+
+CONCRETE = [b for b in BACKENDS if b != "auto"]
+
+
+def _dense_reference(q, k, v, mask):
+    """Independent oracle: loops over heads and rows with the textbook formula in float64."""
+    B, h, T, d = q.shape
+    g = k.shape[1]
+    out = torch.zeros(B, h, T, v.shape[-1], dtype=torch.float64)
+    for b in range(B):
+        for head in range(h):
+            kv = head // (h // g)
+            for i in range(T):
+                s = (k[b, kv].double() @ q[b, head, i].double()) / d**0.5
+                allowed = mask[b if mask.shape[0] > 1 else 0, head if mask.shape[1] > 1 else 0, i] if mask is not None else torch.ones_like(s, dtype=torch.bool)
+                if not allowed.any():
+                    continue
+                s = s.masked_fill(~allowed, float("-inf"))
+                out[b, head, i] = torch.softmax(s, -1) @ v[b, kv].double()
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("case", ["none", "causal", "window", "padding", "cached"])
+def test_backends_agree_with_oracle(backend, heads, case):
+    h, g = heads
+    gen = torch.Generator().manual_seed(hash((h, g, case)) % 1000)
+    B, T, S, d = 2, 5, 5, 8
+    if case == "cached":
+        T = 2  # two new rows after a prefix of three
+    q = torch.randn(B, h, T, d, generator=gen)
+    k = torch.randn(B, g, S, d, generator=gen)
+    v = torch.randn(B, g, S, d, generator=gen)
+    kwargs = {}
+    if case in ("causal", "cached"):
+        kwargs["causal"] = True
+    if case == "window":
+        kwargs.update(causal=True, window=2)
+    if case == "padding":
+        kwargs.update(causal=True, mask=padding_mask([5, 3], S))
+    out = attend(q, k, v, backend=backend, **kwargs)
+    mask = build_mask(T, S, **kwargs)
+    if mask is not None:
+        mask = mask.expand(B, h, T, S) if mask.dim() == 4 else mask.expand(B, h, T, S)
+    ref = _dense_reference(q, k, v, mask)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", CONCRETE)
+def test_empty_rows_are_zero_in_every_backend(backend):
+    q = torch.randn(1, 2, 3, 4)
+    k = torch.randn(1, 2, 3, 4)
+    v = torch.randn(1, 2, 3, 4)
+    mask = torch.tensor([[True, True, True], [False, False, False], [True, False, True]])
+    out = attend(q, k, v, mask=mask, backend=backend)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, :, 1], torch.zeros(1, 2, 4))
+
+
+def test_errors():
+    x = torch.randn(1, 3, 2, 4)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        attend(x, x, x, backend="fast")
+    with pytest.raises(ValueError, match="multiple of the key/value heads"):
+        expand_kv(torch.randn(1, 2, 2, 4), 3)
+    with pytest.raises(ValueError, match="window requires causal"):
+        attend(x, x, x, window=2)
+    with pytest.raises(ValueError, match="4-D"):
+        attend(x[0], x[0], x[0])
+    with pytest.raises(ValueError, match="boolean"):
+        attend(x, x, x, mask=torch.zeros(2, 2))
