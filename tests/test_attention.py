@@ -48,7 +48,7 @@ def test_masks_match_torch_sdpa(kind, additive):
         mask = padding_mask([6, 4], T)
     else:
         mask = torch.rand(B, h, T, T, generator=gen) < 0.7
-        mask[..., 0] = True  # torch's kernel returns NaN for empty rows; keep every row non-empty here
+        mask[..., 0] = True  # some torch kernels return NaN for empty rows; keep every row non-empty here
     m = to_additive_mask(mask, torch.float64) if additive else mask
     ours = scaled_dot_product_attention(q, k, v, m)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1,0 +1,96 @@
+"""Check the built site works offline: every script and stylesheet is local and present.
+
+Run after `jupyter-book build` (``make book`` does): python tools/check_site.py _build/html
+
+For every HTML page it checks that
+- no <script src> or <link rel=stylesheet> points off the machine (a CDN would fail offline);
+- every local script, stylesheet and image it references exists in the build;
+and for chapter pages (built from notebooks) that
+- MathJax comes from the vendored copy, and pages with widgets carry their saved widget state and
+  the vendored widget manager;
+- exercises' solutions are collapsed (a dropdown) and equations are numbered.
+"""
+
+from __future__ import annotations
+
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+
+class Refs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.styles: list[str] = []
+        self.images: list[str] = []
+        self.widget_state = False
+        self.solution_dropdowns = 0
+        self.equation_numbers = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "script":
+            if a.get("src"):
+                self.scripts.append(a["src"])
+            if a.get("type") == "application/vnd.jupyter.widget-state+json":
+                self.widget_state = True
+        elif tag == "link" and "stylesheet" in (a.get("rel") or ""):
+            self.styles.append(a.get("href", ""))
+        elif tag == "img" and a.get("src"):
+            self.images.append(a["src"])
+        if "solution" in classes and "dropdown" in classes:
+            self.solution_dropdowns += 1
+        if tag == "span" and "eqno" in classes:
+            self.equation_numbers += 1
+
+
+def local_target(page: Path, ref: str) -> Path | None:
+    parsed = urlparse(ref)
+    if parsed.scheme in ("http", "https") or ref.startswith("//"):
+        return None
+    if parsed.scheme == "data":
+        return page  # inline data exists by definition
+    return (page.parent / unquote(parsed.path)).resolve()
+
+
+def main(site: Path) -> int:
+    problems: list[str] = []
+    pages = sorted(site.rglob("*.html"))
+    if not pages:
+        print(f"check_site: no HTML under {site}; build the book first")
+        return 1
+    notebook_pages = 0
+    for page in pages:
+        if "_static" in page.parts or "vendor" in page.parts:
+            continue
+        refs = Refs()
+        refs.feed(page.read_text(errors="replace"))
+        rel = page.relative_to(site)
+        for ref in refs.scripts + refs.styles + refs.images:
+            target = local_target(page, ref)
+            if target is None:
+                problems.append(f"{rel}: loads {ref} from the network")
+            elif not target.exists():
+                problems.append(f"{rel}: {ref} is missing from the build")
+        is_notebook = (site / "_sources" / rel.with_suffix(".ipynb")).exists()
+        if is_notebook:
+            notebook_pages += 1
+            if not any("vendor/mathjax/" in s for s in refs.scripts):
+                problems.append(f"{rel}: MathJax is not loaded from the vendored copy")
+            if refs.widget_state and not any("vendor/widgets/embed-amd.js" in s for s in refs.scripts):
+                problems.append(f"{rel}: has widget state but not the vendored widget manager")
+            if "exercise" in page.read_text(errors="replace") and refs.solution_dropdowns == 0:
+                problems.append(f"{rel}: has exercises but no collapsed (dropdown) solution")
+            if refs.equation_numbers == 0:
+                problems.append(f"{rel}: no numbered equation found")
+    for p in problems:
+        print("check_site:", p)
+    print(f"check_site: {len(pages)} pages, {notebook_pages} from notebooks, {len(problems)} problems")
+    return 1 if problems or notebook_pages == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "_build/html")))
