@@ -33,10 +33,10 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval book -p no:cacheprovider --nbval-sanitize-with book/sanitize.cfg
+	$(BIN)/python -m pytest --nbval --nbval-current-env book -p no:cacheprovider --nbval-sanitize-with book/sanitize.cfg
 
 test: $(STAMP) _vendor/.complete
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with book/sanitize.cfg tests book
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env --nbval-sanitize-with book/sanitize.cfg tests book
 	$(MAKE) --no-print-directory book
 
 clean:

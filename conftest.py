@@ -19,7 +19,6 @@ BOOK_BUDGET_S = 20 * 60.0
 ROOT = Path(__file__).parent
 
 os.environ.setdefault("COMPANION_PROFILE", "quick")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 _durations: dict[str, float] = defaultdict(float)
 

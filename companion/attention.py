@@ -1,9 +1,9 @@
 """Scaled dot-product attention, written to be read (chapter 1).
 
 What this module provides
-- ``scaled_dot_product_attention``: equation (1.1), softmax(Q K^T / sqrt(d_k) + M) V, for any
+- ``scaled_dot_product_attention``: equation (1.2), softmax(Q K^T / sqrt(d_k) + M) V, for any
   leading batch/head dimensions, with boolean or additive masks and fully masked rows handled.
-- ``stable_softmax``: the max-subtracted softmax of equation (1.3) that returns zeros, not NaN,
+- ``stable_softmax``: the max-subtracted softmax of equation (1.5) that returns zeros, not NaN,
   for a row in which every position is masked.
 - Mask builders: ``causal_mask``, ``padding_mask``, ``sliding_window_mask`` and the
   conversion ``to_additive_mask``.
@@ -50,7 +50,7 @@ def _check_mask(mask: Tensor, batch_shape: torch.Size, T: int, S: int) -> None:
 
 
 def stable_softmax(scores: Tensor, dim: int = -1) -> Tensor:
-    """Softmax along ``dim`` computed as exp(s - max s) / sum exp(s - max s) (equation 1.3).
+    """Softmax along ``dim`` computed as exp(s - max s) / sum exp(s - max s) (equation 1.5).
 
     Subtracting the row maximum changes nothing mathematically (it cancels between numerator and
     denominator) but keeps every exponent <= 0, so nothing overflows. A row whose entries are all
@@ -74,7 +74,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Attn(Q, K, V; M) = softmax(Q K^T * scale + M) V, equation (1.1), with scale = 1/sqrt(d_k).
+    """Attn(Q, K, V; M) = softmax(Q K^T * scale + M) V, equation (1.2), with scale = 1/sqrt(d_k).
 
     Args:
         q: queries, shape (..., T, d_k).
@@ -82,7 +82,7 @@ def scaled_dot_product_attention(
         v: values, shape (..., S, d_v).
         mask: optional, broadcastable to (..., T, S). Boolean: True where the query may read the
             key. Floating: added to the scaled scores (use -inf to forbid).
-        scale: multiplier of the scores; defaults to 1/sqrt(d_k) (section 1.4 explains why).
+        scale: multiplier of the scores; defaults to 1/sqrt(d_k) (section 1.3 explains why).
         return_weights: also return the attention weights A, shape (..., T, S).
 
     Returns:

@@ -2,7 +2,7 @@
 
 What this module provides
 - ``softmax_temperature_explorer(scores, values=None)``: a slider for the factor that multiplies
-  the scores before the softmax (1/sqrt(d_k) in equation 1.1, or 1/temperature when sampling) and
+  the scores before the softmax (1/sqrt(d_k) in equation 1.2, or 1/temperature when sampling) and
   a bar chart of the resulting weights, redrawn as the slider moves.
 
 The explorers are thin: the numbers they show come from ``companion.attention``.
