@@ -10,6 +10,9 @@ Backends
 - "reference": ``companion.attention.scaled_dot_product_attention``, the readable dense version.
 - "sdpa": ``torch.nn.functional.scaled_dot_product_attention``, which dispatches to fused (flash /
   memory-efficient) kernels on GPUs.
+- "tiled": ``companion.flash.tiled_attention``, exact attention block by block with an online
+  softmax and a recomputing backward (memory linear in T; K/V heads are read in groups, not copied).
+- "triton": ``companion.triton_flash``, a fused FlashAttention kernel; CUDA tensors only.
 - "auto": "sdpa" unless a requested feature needs another backend.
 
 All backends compute the same function; tests/test_backends.py holds them to each other.
@@ -21,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import causal_mask, scaled_dot_product_attention, sliding_window_mask
+from .attention import causal_mask, scaled_dot_product_attention, sliding_window_mask, to_additive_mask
 
 __all__ = ["attend", "BACKENDS", "expand_kv", "build_mask"]
 
-BACKENDS = ("auto", "reference", "sdpa")
+BACKENDS = ("auto", "reference", "sdpa", "tiled", "triton")
 
 
 def expand_kv(x: Tensor, n_heads: int) -> Tensor:
@@ -65,6 +68,53 @@ def build_mask(
     return built
 
 
+def _attend_with_logit_terms(q, k, v, full_mask, bias, sinks, scale, backend):
+    """Attention with an additive score bias (ALiBi) and/or attention sinks (gpt-oss), any backend.
+
+    A sink is a learned per-head logit s_h that joins the softmax denominator but reads no value:
+    a_ij = exp(z_ij) / (exp(s_h) + sum_j' exp(z_ij')), so a head may put weight "nowhere". It is
+    realised exactly as one extra key whose score is s_h (through the additive mask) and whose
+    value is zero; every backend that takes an additive mask then computes it.
+    """
+    B, h, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    additive = q.new_zeros(1, 1, T, S)
+    if full_mask is not None:
+        additive = additive + to_additive_mask(full_mask, q.dtype)
+    if bias is not None:
+        additive = additive + bias.to(q.dtype)  # broadcastable to (B, h, T, S)
+    additive = additive.expand(B, h, T, S)
+    if sinks is not None:
+        if sinks.shape != (h,):
+            raise ValueError(f"sinks must hold one logit per query head, shape ({h},); got {tuple(sinks.shape)}")
+        sink_col = sinks.to(q.dtype).view(1, h, 1, 1).expand(B, h, T, 1)
+        additive = torch.cat((additive, sink_col), dim=-1)
+        k = torch.cat((k, k.new_zeros(B, h, 1, k.shape[-1])), dim=2)
+        v = torch.cat((v, v.new_zeros(B, h, 1, v.shape[-1])), dim=2)
+    if backend == "reference":
+        return scaled_dot_product_attention(q, k, v, additive, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, scale=scale)
+    empty = torch.isneginf(additive).all(dim=-1, keepdim=True)
+    return out.masked_fill(empty, 0.0) if bool(empty.any()) else out
+
+
+def _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks):
+    """The "tiled" and "triton" backends. They take the causal / window flags and the un-expanded
+    K/V heads, and build masks block by block, so no (T, S) mask and no copy of K/V is made."""
+    if bias is not None or sinks is not None:
+        raise ValueError(f"bias and sinks are not supported by backend={backend!r}; use 'reference', 'sdpa' or 'auto'")
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError(f"attend takes boolean masks (True = may read); got dtype {mask.dtype}")
+    if backend == "triton":
+        from .triton_flash import triton_attention  # imports triton only now, and only if present
+
+        if mask is not None:
+            raise ValueError("mask is not supported by backend='triton' (only causal and window); use 'tiled' or 'sdpa'")
+        return triton_attention(q, k, v, causal=causal, window=window, scale=scale)
+    from .flash import tiled_attention
+
+    return tiled_attention(q, k, v, causal=causal, mask=mask, window=window, scale=scale)[0]
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -75,12 +125,16 @@ def attend(
     mask: Tensor | None = None,
     scale: float | None = None,
     backend: str = "auto",
+    bias: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Attention for q (B, h, T, d_k), k (B, g, S, d_k), v (B, g, S, d_v) -> (B, h, T, d_v).
 
     ``causal`` and ``window`` place the T query rows at the end of the S keys (positions S-T..S-1),
     which is what a KV cache needs. ``mask`` is an extra boolean mask broadcastable to (B, h, T, S),
     e.g. ``companion.attention.padding_mask``. A query row that may read nothing returns zeros.
+    ``bias`` is an additive score term broadcastable to (B, h, T, S) (ALiBi); ``sinks`` (h,) are
+    per-head sink logits in the softmax denominator (see ``_attend_with_logit_terms``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
@@ -91,14 +145,18 @@ def attend(
     if k.shape[1] != v.shape[1]:
         raise ValueError(f"k and v must have the same number of heads; got {k.shape[1]} and {v.shape[1]}")
     h, T, S = q.shape[1], q.shape[2], k.shape[2]
+    if backend in ("tiled", "triton"):
+        return _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks)
     k, v = expand_kv(k, h), expand_kv(v, h)
     full_mask = build_mask(T, S, causal=causal, window=window, mask=mask, device=q.device)
+    if bias is not None or sinks is not None:  # ALiBi bias / gpt-oss sinks: additive-mask route
+        return _attend_with_logit_terms(q, k, v, full_mask, bias, sinks, scale, backend)
 
     if backend == "reference":
         return scaled_dot_product_attention(q, k, v, full_mask, scale=scale)
 
-    # sdpa / auto. torch's kernels return NaN for rows with nothing to read, where ours return 0;
-    # detect such rows and zero them so that every backend computes the same function.
+    # sdpa / auto. Depending on the torch version and device kernel, a row with nothing to read
+    # comes back as NaN or as zeros; zero such rows explicitly so every backend agrees everywhere.
     if full_mask is None:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     if causal and window is None and mask is None and T == S:

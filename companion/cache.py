@@ -1,0 +1,116 @@
+"""The cache interface every attention layer shares, and a simple contiguous cache (chapter 10).
+
+The contract (shared DESIGN, "the one interface to get right early")
+- A model's forward takes ``cache=None`` or a ``ModelCache``; layer l receives ``cache.layer(l)``,
+  a ``LayerCache`` view, or None.
+- The layer computes its per-row state (k and v; for MLA the latent c and the RoPE key) for the NEW
+  rows only, with positions ``cache.length + i``, applies RoPE at those absolute positions, then calls
+  ``view.update(positions, *rows)``. The view stores the rows and returns the key positions (S,) and
+  the full stored tensors (..., S, d) to attend over. S >= T: the mask is (T, S), built from the
+  absolute query and key positions.
+- Without a cache the layer attends over its own rows, with key positions = query positions. The
+  same code path runs in both cases; tests compare them.
+
+What this module provides
+- ``LayerCache``: the protocol (``length``, ``update``).
+- ``ContiguousLayerCache``: appends along the time dimension (dim -2). With ``window=w`` it keeps
+  only the rows a sliding-window layer can still read (the last w - 1 before each append, plus
+  ``keep`` initial rows for StreamingLLM-style kept tokens): a bounded ring, not a growing tensor.
+- ``ModelCache``: one view per layer; ``length`` = positions already processed.
+
+Paged and quantised caches (chapter 12) implement the same ``LayerCache`` protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["LayerCache", "ContiguousLayerCache", "ModelCache"]
+
+
+class LayerCache(Protocol):
+    length: int  # absolute positions already stored (the next new row sits at position `length`)
+
+    def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Store ``rows`` (each (..., T, d)) at absolute ``positions`` (T,); return (key_positions (S,),
+        full rows (..., S, d) each)."""
+        ...
+
+
+class ContiguousLayerCache:
+    """Per-layer storage as plain tensors grown by concatenation along dim -2.
+
+    Args:
+        window: if set, a sliding-window layer of width w: after each append only the rows that a
+            future query (position >= length) may still read are kept, i.e. the last w - 1.
+        keep: number of initial positions never evicted (StreamingLLM "attention sink" tokens).
+    """
+
+    def __init__(self, window: int | None = None, keep: int = 0):
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None; got {window}")
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0; got {keep}")
+        self.window, self.keep = window, keep
+        self.length = 0
+        self.positions: Tensor | None = None  # (S_stored,)
+        self.rows: tuple[Tensor, ...] | None = None
+
+    def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        T = positions.shape[0]
+        if any(r.shape[-2] != T for r in rows):
+            raise ValueError(f"every stored tensor needs T={T} rows in dim -2; got {[tuple(r.shape) for r in rows]}")
+        if T and int(positions[0]) != self.length:
+            raise ValueError(f"new rows must start at position cache.length={self.length}; got {int(positions[0])}")
+        if self.rows is None:
+            all_pos, all_rows = positions, tuple(rows)
+        else:
+            if len(rows) != len(self.rows):
+                raise ValueError(f"this cache stores {len(self.rows)} tensors per row; got {len(rows)}")
+            all_pos = torch.cat((self.positions, positions))
+            all_rows = tuple(torch.cat((old, new), dim=-2) for old, new in zip(self.rows, rows))
+        self.length += T
+        self.positions, self.rows = all_pos, all_rows
+        if self.window is not None:
+            # A future query at p >= length reads positions > p - window, i.e. >= length - window + 1,
+            # plus the kept initial positions.
+            alive = (all_pos >= self.length - self.window + 1) | (all_pos < self.keep)
+            if not bool(alive.all()):
+                idx = alive.nonzero().squeeze(1)
+                self.positions = all_pos[idx]
+                self.rows = tuple(r.index_select(-2, idx.to(r.device)) for r in all_rows)
+        return all_pos, all_rows
+
+    @property
+    def stored(self) -> int:
+        """Rows currently held (<= length; smaller for a windowed layer)."""
+        return 0 if self.positions is None else int(self.positions.shape[0])
+
+    def nbytes(self) -> int:
+        return 0 if self.rows is None else sum(r.numel() * r.element_size() for r in self.rows)
+
+
+class ModelCache:
+    """One ``ContiguousLayerCache`` per layer. ``windows[l]`` bounds layer l (None = global)."""
+
+    def __init__(self, n_layers: int, windows: Sequence[int | None] | None = None, keep: int = 0):
+        windows = [None] * n_layers if windows is None else list(windows)
+        if len(windows) != n_layers:
+            raise ValueError(f"windows needs one entry per layer ({n_layers}); got {len(windows)}")
+        self.layers = [ContiguousLayerCache(w, keep) for w in windows]
+
+    def layer(self, i: int) -> ContiguousLayerCache:
+        return self.layers[i]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length if self.layers else 0
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)

@@ -1,0 +1,218 @@
+"""The multi-head attention layer every model uses (chapters 1, 6, 8 and 9).
+
+MultiHead(X) = Concat(head_1, ..., head_h) W_O, head_i = Attn(X W_Q^i, X W_K^{g(i)}, X W_V^{g(i)})
+(Vaswani et al. 2017, section 3.2.2), with n_heads query heads and n_kv_heads key/value heads; query
+head i reads key/value head g(i) = i // (n_heads / n_kv_heads):
+- MHA: n_kv_heads = n_heads; GQA: 1 < n_kv_heads < n_heads; MQA: n_kv_heads = 1.
+
+Options, each one a constructor argument: fused QKV projection (one matrix, one matmul), biases,
+cross-attention (keys and values from an encoder's output), causal / padding / sliding-window masks,
+StreamingLLM kept initial tokens (``keep``), gpt-oss attention sinks (a learned per-head logit in
+the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.backends``).
+
+The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
+an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
+absolute positions, k and v go to the view, and the new queries attend over everything it returns.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .backends import BACKENDS, attend
+from .cache import LayerCache
+from .positions import RotaryEmbedding, alibi_bias, alibi_slopes
+
+__all__ = ["MultiHeadAttention", "position_mask", "check_heads"]
+
+
+def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None) -> int:
+    """Validate the head layout and return the head width d_h."""
+    if n_heads < 1 or n_kv_heads < 1:
+        raise ValueError(f"n_heads and n_kv_heads must be >= 1; got {n_heads}, {n_kv_heads}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads ({n_heads}) must be divisible by n_kv_heads ({n_kv_heads}): each kv head serves a whole group of query heads")
+    if head_dim is None:
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads}) when head_dim is not given")
+        head_dim = d_model // n_heads
+    if head_dim < 1:
+        raise ValueError(f"head_dim must be >= 1; got {head_dim}")
+    return head_dim
+
+
+def position_mask(
+    q_positions: Tensor, k_positions: Tensor, *, causal: bool = True, window: int | None = None, keep: int = 0
+) -> Tensor:
+    """Boolean (T, S) mask from absolute positions: key j is readable by query i when
+    p_j <= p_i (causal), p_i - p_j < window (sliding window), or p_j < keep (kept initial tokens,
+    still causal). Working from positions, not indices, keeps it right for any cache layout."""
+    qp, kp = q_positions[:, None], k_positions[None, :]
+    allowed = kp <= qp if causal else torch.ones(qp.shape[0], kp.shape[1], dtype=torch.bool, device=qp.device)
+    if window is not None:
+        near = (qp - kp) < window
+        if keep:
+            near = near | (kp < keep)
+        allowed = allowed & near
+    return allowed
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with h query heads and g key/value heads (g divides h).
+
+    Args:
+        d_model: width of the residual stream d.
+        n_heads, n_kv_heads: h and g (n_kv_heads defaults to n_heads: MHA).
+        head_dim: d_h, defaults to d_model / n_heads.
+        bias: biases on the q, k, v projections (GPT-2, the 2017 model, gpt-oss); ``out_bias`` on W_O.
+        fused_qkv: one (d, (h + 2g) d_h) matrix for q, k, v instead of three; same function, one matmul.
+        cross: keys and values come from ``memory`` (the encoder output), never causal, no positions.
+        causal, window, keep: masking (window = sliding window of w tokens; keep = kept initial tokens).
+        sinks: learn one sink logit per head (gpt-oss).
+        rope: a ``RotaryEmbedding`` applied to q and k; ``alibi``: add ALiBi biases instead.
+        backend: "auto", "reference", "sdpa", ... (``companion.backends.BACKENDS``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        *,
+        bias: bool = False,
+        out_bias: bool | None = None,
+        fused_qkv: bool = True,
+        cross: bool = False,
+        causal: bool = True,
+        window: int | None = None,
+        keep: int = 0,
+        sinks: bool = False,
+        rope: RotaryEmbedding | None = None,
+        alibi: bool = False,
+        backend: str = "auto",
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        self.head_dim = check_heads(d_model, n_heads, n_kv_heads, head_dim)
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 (a query always sees itself) or None; got {window}")
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0; got {keep}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if rope is not None and alibi:
+            raise ValueError("use either rope or alibi, not both")
+        if rope is not None and rope.head_dim != self.head_dim:
+            raise ValueError(f"rope.head_dim ({rope.head_dim}) must equal the attention head_dim ({self.head_dim})")
+        if cross and (window is not None or rope is not None or alibi):
+            raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.cross, self.causal = cross, (causal and not cross)
+        self.window, self.keep, self.backend = window, keep, backend
+        self.fused_qkv = fused_qkv and not cross  # cross-attention reads two different inputs
+        h, g, dh = n_heads, n_kv_heads, self.head_dim
+        if self.fused_qkv:
+            self.qkv = nn.Linear(d_model, (h + 2 * g) * dh, bias=bias)
+        else:
+            self.q = nn.Linear(d_model, h * dh, bias=bias)
+            self.k = nn.Linear(d_model, g * dh, bias=bias)
+            self.v = nn.Linear(d_model, g * dh, bias=bias)
+        self.out = nn.Linear(h * dh, d_model, bias=bias if out_bias is None else out_bias)
+        self.rope = rope
+        if alibi:
+            self.register_buffer("alibi_slopes", alibi_slopes(h), persistent=False)
+        else:
+            self.alibi_slopes = None
+        # Sink logits start at 0: the "nowhere" option begins as likely as one ordinary key with score 0.
+        self.sinks = nn.Parameter(torch.zeros(h)) if sinks else None
+        self.dropout = nn.Dropout(dropout)
+
+    def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.head_dim).transpose(1, 2)
+
+    def project_qkv(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, h, T, d_h), k and v (B, g, S, d_h) for the new rows (or the memory's rows)."""
+        h, g, dh = self.n_heads, self.n_kv_heads, self.head_dim
+        if self.fused_qkv:
+            q, k, v = self.qkv(x).split([h * dh, g * dh, g * dh], dim=-1)
+        else:
+            src = memory if self.cross else x
+            q, k, v = self.q(x), self.k(src), self.v(src)
+        return self._split_heads(q, h), self._split_heads(k, g), self._split_heads(v, g)
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        cache: LayerCache | None = None,
+        *,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """x (B, T, d) -> (B, T, d).
+
+        positions: (T,) absolute positions of the new rows; default cache.length + arange(T).
+        cache: this layer's view, or None (attend over x's own rows).
+        memory: (B, S, d) encoder output, cross-attention only.
+        mask: extra boolean mask broadcastable to (B, h, T, S), True = may read (e.g. padding).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}")
+        if self.cross:
+            if memory is None:
+                raise ValueError("cross-attention needs memory (B, S, d_model)")
+            if cache is not None:
+                raise ValueError("cross-attention keeps no cache here: its keys come from the fixed memory")
+            q, k, v = self.project_qkv(x, memory)
+            out = attend(q, k, v, mask=mask, backend=self.backend, sinks=self.sinks)
+            return self.dropout(self.out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)))
+
+        B, T, _ = x.shape
+        if positions is None:
+            start = cache.length if cache is not None else 0
+            positions = torch.arange(start, start + T, device=x.device)
+        q, k, v = self.project_qkv(x)
+        if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
+            q, k = self.rope(q, positions), self.rope(k, positions)
+        if cache is not None:
+            k_positions, (k, v) = cache.update(positions, k, v)
+        else:
+            k_positions = positions
+        bias = None
+        if self.alibi_slopes is not None:
+            bias = alibi_bias(self.alibi_slopes, positions, k_positions.to(positions.device))
+        if not self.causal and self.window is None:  # encoder self-attention: only the extra mask
+            out = attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
+        elif self.keep == 0:
+            # Causal (+ window): the stored keys are contiguous positions ending at the newest row, so
+            # query i sits at S - T + i (attend's convention; a window mask only looks at differences),
+            # and the backend may use its fused causal / windowed kernel.
+            out = attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
+        else:
+            allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
+            if mask is not None:
+                allowed = allowed & mask
+            out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks)
+        return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+
+    def extra_repr(self) -> str:
+        kind = "MHA" if self.n_kv_heads == self.n_heads else ("MQA" if self.n_kv_heads == 1 else "GQA")
+        parts = [f"{kind}, h={self.n_heads}, g={self.n_kv_heads}, d_h={self.head_dim}"]
+        if self.cross:
+            parts.append("cross")
+        if self.window is not None:
+            parts.append(f"window={self.window}")
+        if self.keep:
+            parts.append(f"keep={self.keep}")
+        if self.sinks is not None:
+            parts.append("sinks")
+        if self.alibi_slopes is not None:
+            parts.append("alibi")
+        parts.append(f"backend={self.backend}")
+        return ", ".join(parts)

@@ -1,0 +1,110 @@
+"""Mixture-of-experts feed-forward layer (chapter 9).
+
+y = sum_{e in TopK(x)} g_e(x) E_e(x) + sum_s S_s(x)     (Shazeer et al. 2017; Mixtral; DeepSeekMoE)
+
+- N routed experts E_e (SwiGLU FFNs), of which each token uses its top k by router score.
+- Router: "softmax" (Mixtral: p = softmax(x W_r), gates = the top-k p renormalised to sum 1) or
+  "sigmoid" (DeepSeek-V3: s = sigmoid(x W_r), gates = the top-k s renormalised).
+- Optional shared experts S_s that every token uses (DeepSeekMoE): common knowledge lives there,
+  so routed experts can specialise.
+- Load balancing, two ways:
+  * auxiliary loss L_aux = alpha * N * sum_e f_e P_e (Switch Transformer), f_e = fraction of the
+    token-to-expert assignments that went to e, P_e = mean router probability of e. It is minimal
+    (= alpha) when both are uniform. Read it from ``aux_loss`` after a forward and add it to the loss.
+  * bias balancing (DeepSeek-V3, "auxiliary-loss-free"): a per-expert bias b_e is added to the scores
+    for choosing the top k only (never to the gate values); after each step ``update_bias()`` moves
+    b_e by -gamma for overloaded and +gamma for underloaded experts.
+- ``last_load``: tokens per expert in the last forward (the per-expert load report).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .feedforward import SwiGLU
+
+__all__ = ["MoE", "ROUTERS"]
+
+ROUTERS = ("softmax", "sigmoid")
+
+
+class MoE(nn.Module):
+    """Top-k routed SwiGLU experts with optional shared experts and load balancing (see module doc)."""
+
+    def __init__(
+        self,
+        d: int,
+        d_ff: int,
+        n_experts: int,
+        top_k: int,
+        *,
+        n_shared: int = 0,
+        d_ff_shared: int | None = None,
+        router: str = "softmax",
+        bias_balancing: bool = False,
+        bias_update_rate: float = 1e-3,
+        aux_loss_coef: float = 0.01,
+    ):
+        super().__init__()
+        if n_experts < 1:
+            raise ValueError(f"n_experts must be >= 1; got {n_experts}")
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"top_k must satisfy 1 <= top_k <= n_experts ({n_experts}); got {top_k}")
+        if n_shared < 0:
+            raise ValueError(f"n_shared must be >= 0; got {n_shared}")
+        if router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS}; got {router!r}")
+        self.d, self.n_experts, self.top_k, self.router_kind = d, n_experts, top_k, router
+        self.aux_loss_coef, self.bias_update_rate, self.bias_balancing = aux_loss_coef, bias_update_rate, bias_balancing
+        self.router = nn.Linear(d, n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d, d_ff) for _ in range(n_experts))
+        self.shared = nn.ModuleList(SwiGLU(d, d_ff_shared or d_ff) for _ in range(n_shared))
+        # Balancing bias: state, not a learned parameter (it is moved by a rule, not by gradients).
+        self.register_buffer("balance_bias", torch.zeros(n_experts))
+        self.register_buffer("last_load", torch.zeros(n_experts))
+        self.aux_loss: Tensor = torch.zeros(())
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (N, d) -> (expert ids (N, k), gates (N, k), router probabilities (N, E))."""
+        logits = self.router(x)  # (N, E)
+        if self.router_kind == "softmax":
+            probs = logits.softmax(dim=-1)
+            scores = probs
+        else:
+            scores = torch.sigmoid(logits)
+            probs = scores / scores.sum(dim=-1, keepdim=True)  # only for the auxiliary loss
+        choice = scores + self.balance_bias if self.bias_balancing else scores  # bias steers selection only
+        ids = choice.topk(self.top_k, dim=-1).indices  # (N, k)
+        gates = scores.gather(-1, ids)
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+        return ids, gates, probs
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        shape = x.shape
+        xf = x.reshape(-1, shape[-1])  # (N, d): routing is per token
+        ids, gates, probs = self.route(xf)
+        y = torch.zeros_like(xf)
+        for e, expert in enumerate(self.experts):
+            token, slot = (ids == e).nonzero(as_tuple=True)
+            if token.numel():
+                y.index_add_(0, token, gates[token, slot, None] * expert(xf[token]))
+        for shared in self.shared:
+            y = y + shared(xf)
+        load = torch.bincount(ids.flatten(), minlength=self.n_experts).to(xf.dtype)  # (E,)
+        self.last_load = load.detach()
+        f = load / ids.numel()  # fraction of assignments per expert
+        self.aux_loss = self.aux_loss_coef * self.n_experts * (f * probs.mean(dim=0)).sum()
+        return y.reshape(shape)
+
+    @torch.no_grad()
+    def update_bias(self) -> None:
+        """DeepSeek-V3 rule: b_e <- b_e + gamma * sign(mean load - load_e), from the last forward."""
+        self.balance_bias += self.bias_update_rate * torch.sign(self.last_load.mean() - self.last_load)
+
+    def extra_repr(self) -> str:
+        return (
+            f"experts={self.n_experts}, top_k={self.top_k}, shared={len(self.shared)}, router={self.router_kind}, "
+            f"bias_balancing={self.bias_balancing}"
+        )

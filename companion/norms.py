@@ -1,0 +1,75 @@
+"""Normalisation layers, written out (chapters 3 and 6).
+
+What this module provides
+- ``LayerNorm``: y = (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta, over the last dimension
+  (Ba, Kiros and Hinton 2016; the 2017 Transformer and GPT).
+- ``RMSNorm``: y = x / sqrt(mean(x^2) + eps) * gamma, no centring and no bias (Zhang and Sennrich
+  2019; the modern decoder).
+- ``make_norm(kind, d)``: pick one by name, so a model's config can say ``norm="rms"``.
+
+Where a norm sits in a residual block (pre-norm: x + f(norm(x)); post-norm: norm(x + f(x))) is
+decided by the blocks that use these modules, see ``companion.blocks``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["LayerNorm", "RMSNorm", "make_norm", "NORMS"]
+
+NORMS = ("layer", "rms")
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm(x) = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta, mu and sigma^2 over the last dim.
+
+    The variance is the biased one (divide by d, not d - 1), as in torch.nn.LayerNorm.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        if d < 1:
+            raise ValueError(f"d must be >= 1; got {d}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        mu = x.mean(dim=-1, keepdim=True)
+        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)
+        y = (x - mu) * torch.rsqrt(var + self.eps) * self.weight
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * gamma.
+
+    Dropping the mean subtraction and the bias saves work and, empirically, loses nothing: the
+    re-scaling (not the re-centring) is what stabilises training.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        if d < 1:
+            raise ValueError(f"d must be >= 1; got {d}")
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = True) -> nn.Module:
+    """``kind`` is "layer" (LayerNorm, with or without bias) or "rms" (RMSNorm)."""
+    if kind == "layer":
+        return LayerNorm(d, eps=1e-5 if eps is None else eps, bias=bias)
+    if kind == "rms":
+        return RMSNorm(d, eps=1e-6 if eps is None else eps)
+    raise ValueError(f"norm must be one of {NORMS}; got {kind!r}")

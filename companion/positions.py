@@ -1,0 +1,221 @@
+"""Position information for a permutation-equivariant operator (chapters 2, 3 and 7).
+
+What this module provides
+- ``sinusoidal_table`` / ``SinusoidalPositions``: PE[p, 2i] = sin(p / 10000^(2i/d)),
+  PE[p, 2i+1] = cos(p / 10000^(2i/d)) (Vaswani et al. 2017, section 3.5). The token embedding is
+  multiplied by sqrt(d) before the table is added (``embed_scale``), as in the paper.
+- ``LearnedPositions``: one trained vector per absolute position (GPT-1/2).
+- ``RotaryEmbedding``: RoPE (Su et al. 2021). Each pair of channels (x_a, x_b) of a query or key at
+  position m is rotated by the angle m * theta_i, theta_i = base^(-2i/d_h), so that
+  <R_m q, R_n k> depends only on q, k and m - n. Context extension by position interpolation
+  ("pi": theta_i / s), NTK-aware base change ("ntk": base * s^(d/(d-2))) and YaRN ("yarn":
+  per-frequency blend of the two plus the attention temperature 0.1 ln s + 1 on q and k).
+- ``alibi_slopes`` / ``alibi_bias``: ALiBi (Press et al. 2022), score_ij - m_h |i - j| with
+  geometric per-head slopes m_h; no embedding at all.
+
+Every function takes ABSOLUTE positions (a 1-D integer tensor), never "0..T-1": with a KV cache
+the new rows sit at cache.length + i (see shared DESIGN: the cache interface).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "sinusoidal_table",
+    "SinusoidalPositions",
+    "LearnedPositions",
+    "embed_scale",
+    "RotaryEmbedding",
+    "rope_inverse_frequencies",
+    "rotate_half",
+    "ROPE_SCALINGS",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+ROPE_SCALINGS = (None, "pi", "ntk", "yarn")
+
+
+def _check_positions(positions: Tensor, limit: int | None = None, what: str = "positions") -> None:
+    if positions.dim() != 1 or positions.dtype in (torch.float16, torch.float32, torch.float64, torch.bfloat16):
+        raise ValueError(f"{what} must be a 1-D integer tensor of absolute positions; got {positions.dtype} {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"{what} must be >= 0")
+    if limit is not None and positions.numel() and int(positions.max()) >= limit:
+        raise ValueError(
+            f"position {int(positions.max())} is beyond the configured context (max_seq_len={limit}); "
+            f"sequences must be at most max_seq_len tokens long"
+        )
+
+
+def embed_scale(d: int) -> float:
+    """The sqrt(d) multiplier of the token embedding in the 2017 Transformer (section 3.4).
+
+    With tied input/output embeddings the rows are small (init ~ 1/sqrt(d)); scaling by sqrt(d)
+    brings them to the O(1) size of the sinusoidal table so that neither swamps the other.
+    """
+    return math.sqrt(d)
+
+
+def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
+    """(T,) absolute positions -> (T, d) table with PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i),
+    w_i = base^(-2i/d)."""
+    if d < 2 or d % 2:
+        raise ValueError(f"d must be even and >= 2 for the sinusoidal table (sin/cos pairs); got {d}")
+    _check_positions(positions)
+    positions = positions.cpu()  # a small table, built on the CPU, then moved with the module
+    w = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d)  # (d/2,)
+    angles = positions.to(torch.float64)[:, None] * w[None, :]  # (T, d/2); float64 keeps large p exact
+    table = torch.empty(positions.shape[0], d, dtype=torch.float64, device="cpu")
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles)
+    return table.to(torch.get_default_dtype())
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal table, precomputed for ``max_len`` positions (no parameters)."""
+
+    def __init__(self, d: int, max_len: int):
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("table", sinusoidal_table(torch.arange(max_len, device="cpu"), d), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, d)
+        _check_positions(positions, self.max_len)
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Module):
+    """A trained vector per absolute position p < max_len (GPT). Cannot extrapolate past max_len."""
+
+    def __init__(self, d: int, max_len: int):
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
+
+    def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, d)
+        _check_positions(positions, self.max_len)
+        return self.weight[positions]
+
+
+# ----------------------------------------------------------------------------- RoPE
+
+
+def rope_inverse_frequencies(
+    head_dim: int,
+    base: float = 10000.0,
+    scaling: str | None = None,
+    factor: float = 1.0,
+    original_max_len: int = 2048,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+) -> tuple[Tensor, float]:
+    """theta_i for i = 0..d_h/2-1 and the attention temperature factor, for each scaling scheme.
+
+    - None:  theta_i = base^(-2i/d_h).
+    - "pi":  theta_i / s. Positions are squeezed by s into the trained range (Chen et al. 2023).
+    - "ntk": base' = base * s^(d_h/(d_h-2)). The lowest frequency is stretched by exactly s, the
+             highest is unchanged, so local resolution survives without fine-tuning.
+    - "yarn": each frequency is interpolated according to how many full turns r_i = L / lambda_i it
+             makes over the original context L (lambda_i = 2 pi / theta_i): r < beta_slow -> PI
+             (theta / s), r > beta_fast -> untouched, linear ramp in between. Logits are
+             sharpened by (0.1 ln s + 1)^2, applied as a factor 0.1 ln s + 1 on both q and k.
+    Returns (inv_freq (d_h/2,), mscale).
+    """
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be even for RoPE (channels rotate in pairs); got {head_dim}")
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"rope scaling must be one of {ROPE_SCALINGS}; got {scaling!r}")
+    if base <= 1:
+        raise ValueError(f"rope base must be > 1; got {base}")
+    if scaling is not None and factor < 1:
+        raise ValueError(f"rope factor (the context extension s) must be >= 1; got {factor}")
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # 2i/d_h
+    if scaling == "ntk":
+        base = base * factor ** (head_dim / (head_dim - 2))
+    inv_freq = base ** (-exponents)
+    mscale = 1.0
+    if scaling == "pi":
+        inv_freq = inv_freq / factor
+    elif scaling == "yarn":
+        turns = original_max_len * inv_freq / (2 * math.pi)  # r_i = L / lambda_i
+        keep = ((turns - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)  # gamma(r): 1 keeps theta_i
+        inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
+        mscale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv_freq.to(torch.float32), mscale
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x_1, x_2) -> (-x_2, x_1) on the two halves of the last dim: a 90-degree turn of every pair
+    (x[i], x[i + d/2]). We pair channel i with i + d/2 (not 2i with 2i+1); either pairing gives
+    RoPE, this one is what Llama-family checkpoints use."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Applies R_m, the rotation by m * theta_i on each channel pair, to queries or keys at positions m.
+
+    x' = x * cos(m theta) + rotate_half(x) * sin(m theta), times the YaRN temperature factor.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        scaling: str | None = None,
+        factor: float = 1.0,
+        original_max_len: int = 2048,
+    ):
+        super().__init__()
+        inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len)
+        self.head_dim, self.base, self.scaling, self.factor, self.mscale = head_dim, base, scaling, factor, mscale
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor."""
+        _check_positions(positions)
+        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]  # (T, d_h/2)
+        angles = torch.cat((angles, angles), dim=-1)  # channel i and i + d/2 share theta_i
+        return angles.cos() * self.mscale, angles.sin() * self.mscale
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:  # (..., T, d_h), (T,) -> (..., T, d_h)
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"RoPE was built for head_dim={self.head_dim}; got last dim {x.shape[-1]}")
+        if x.shape[-2] != positions.shape[0]:
+            raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={x.shape[-2]}")
+        cos, sin = self.cos_sin(positions.to(x.device))
+        return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base:g}, scaling={self.scaling}, factor={self.factor:g}"
+
+
+# ----------------------------------------------------------------------------- ALiBi
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Per-head slopes m_h. For h a power of two: m_h = 2^(-8h'/h), h' = 1..h (a geometric sequence
+    from 2^(-8/h) down to 2^-8). Otherwise: the slopes for the nearest lower power of two n, then
+    every other slope of the sequence for 2n, as in the ALiBi paper's reference code."""
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be >= 1; got {n_heads}")
+
+    def powers(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    n = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = powers(n)
+    if n < n_heads:
+        slopes += powers(2 * n)[0::2][: n_heads - n]
+    return torch.tensor(slopes)
+
+
+def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+    """Additive score bias -m_h |p_i - p_j|, shape (h, T, S), for query and key absolute positions."""
+    distance = (q_positions[:, None] - k_positions[None, :]).abs().to(slopes.dtype)  # (T, S)
+    return -slopes[:, None, None] * distance[None]

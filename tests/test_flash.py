@@ -1,0 +1,335 @@
+"""companion.flash: the online-softmax algebra, tiled attention and its recomputing backward.
+
+The oracle throughout is the dense path: ``companion.attention.scaled_dot_product_attention`` on
+explicitly expanded K/V heads with an explicitly built (T, S) mask, plus torch.softmax /
+torch.logsumexp on the full score matrix, and autograd through that dense path for gradients.
+"""
+
+import math
+
+import pytest
+import torch
+
+from companion.attention import causal_mask, padding_mask, scaled_dot_product_attention, sliding_window_mask
+from companion.flash import (
+    SoftmaxState,
+    block_state,
+    empty_state,
+    finalize,
+    key_block_range,
+    logsumexp,
+    merge,
+    tiled_attention,
+)
+
+MASK_KINDS = ["none", "causal", "window", "padding", "random", "additive", "cached", "cached_window"]
+TOL = {torch.float64: 1e-6, torch.float32: 1e-5}
+
+
+# ---------------------------------------------------------------- helpers (the independent oracle)
+
+
+def _problem(seed, kind, heads=(4, 2), dtype=torch.float64, lead=(2,), T=None, S=None, d=None, dv=None):
+    """Random q, k, v and the arguments describing one mask kind, plus the dense (T, S) mask for the oracle."""
+    gen = torch.Generator().manual_seed(seed)
+    h, g = heads
+    T = T or int(torch.randint(1, 12, (1,), generator=gen))
+    if kind.startswith("cached"):
+        S = S or T + int(torch.randint(1, 8, (1,), generator=gen))  # T new rows after a prefix
+    else:
+        S = S or (T if kind in ("causal", "window", "padding") else int(torch.randint(1, 12, (1,), generator=gen)))
+    d = d or int(torch.randint(1, 9, (1,), generator=gen))
+    dv = dv or int(torch.randint(1, 9, (1,), generator=gen))
+    q = torch.randn(*lead, h, T, d, generator=gen, dtype=dtype)
+    k = torch.randn(*lead, g, S, d, generator=gen, dtype=dtype)
+    v = torch.randn(*lead, g, S, dv, generator=gen, dtype=dtype)
+    kwargs, dense = {}, None
+    if kind in ("causal", "cached"):
+        kwargs["causal"] = True
+        dense = causal_mask(T, S)
+    elif kind in ("window", "cached_window"):
+        w = int(torch.randint(1, 4, (1,), generator=gen))
+        kwargs.update(causal=True, window=w)
+        dense = sliding_window_mask(T, w, S)
+    elif kind == "padding":
+        lengths = torch.randint(0, S + 1, lead, generator=gen)  # length 0: every row fully masked
+        kwargs.update(causal=True, mask=padding_mask(lengths, S))
+        dense = causal_mask(T, S) & padding_mask(lengths, S)
+    elif kind == "random":
+        m = torch.rand(*lead, h, T, S, generator=gen) < 0.6
+        kwargs["mask"] = m
+        dense = m
+    elif kind == "additive":
+        add = torch.randn(*lead, 1, T, S, generator=gen, dtype=dtype)
+        add = add.masked_fill(torch.rand(T, S, generator=gen) < 0.3, float("-inf"))
+        kwargs["mask"] = add
+        dense = add
+    return q, k, v, kwargs, dense
+
+
+def _dense(q, k, v, dense_mask, scale=None):
+    """Dense attention and logsumexp on expanded heads, computed from the full (T, S) scores."""
+    r = q.shape[-3] // k.shape[-3]
+    k_full, v_full = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
+    out = scaled_dot_product_attention(q, k_full, v_full, dense_mask, scale=scale)
+    s = (q @ k_full.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if dense_mask is not None:
+        s = s.masked_fill(~dense_mask, float("-inf")) if dense_mask.dtype == torch.bool else s + dense_mask
+    return out, torch.logsumexp(s, dim=-1)
+
+
+# ---------------------------------------------------------------- 1. the online-softmax algebra
+
+
+def test_block_state_then_finalize_is_softmax_times_v():
+    gen = torch.Generator().manual_seed(0)
+    s = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64) * 4
+    v = torch.randn(3, 7, 2, generator=gen, dtype=torch.float64)
+    st = block_state(s, v)
+    torch.testing.assert_close(st.m, s.amax(-1))
+    torch.testing.assert_close(finalize(st), torch.softmax(s, -1) @ v)
+    torch.testing.assert_close(logsumexp(st), torch.logsumexp(s, -1))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merging_any_partition_equals_the_whole(seed):
+    gen = torch.Generator().manual_seed(seed)
+    S = 13
+    s = torch.randn(4, S, generator=gen, dtype=torch.float64) * 5
+    s = s.masked_fill(torch.rand(4, S, generator=gen) < 0.3, float("-inf"))
+    v = torch.randn(S, 3, generator=gen, dtype=torch.float64)
+    cuts = sorted(torch.randperm(S - 1, generator=gen)[:3].add(1).tolist())
+    pieces = list(zip([0, *cuts], [*cuts, S]))
+    states = [block_state(s[:, a:b], v[a:b]) for a, b in pieces]
+    whole = block_state(s, v)
+    # left to right, as the forward loop does ...
+    acc = empty_state((4,), 3, dtype=torch.float64)
+    for st in states:
+        acc = merge(acc, st)
+    # ... and in a shuffled order: merge is commutative and associative (up to rounding)
+    acc2 = empty_state((4,), 3, dtype=torch.float64)
+    for i in torch.randperm(len(states), generator=gen).tolist():
+        acc2 = merge(states[i], acc2)
+    for a in (acc, acc2):
+        torch.testing.assert_close(a.m, whole.m)
+        torch.testing.assert_close(a.l, whole.l)
+        torch.testing.assert_close(a.u, whole.u)
+    torch.testing.assert_close(finalize(acc), torch.softmax(s, -1).nan_to_num(0.0) @ v)
+
+
+def test_empty_and_fully_masked_blocks_give_no_nan():
+    v = torch.randn(4, 2, dtype=torch.float64)
+    masked = block_state(torch.full((3, 4), float("-inf"), dtype=torch.float64), v)
+    assert torch.equal(masked.m, torch.full((3,), float("-inf"), dtype=torch.float64))
+    assert torch.equal(masked.l, torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(masked.u, torch.zeros(3, 2, dtype=torch.float64))
+    no_keys = block_state(torch.zeros(3, 0, dtype=torch.float64), torch.zeros(0, 2, dtype=torch.float64))
+    assert torch.isneginf(no_keys.m).all() and (no_keys.l == 0).all()
+    both = merge(masked, no_keys)
+    assert not any(torch.isnan(x).any() for x in both)
+    assert torch.equal(finalize(both), torch.zeros(3, 2, dtype=torch.float64))
+    assert torch.isneginf(logsumexp(both)).all()
+    # an empty side passes the other through unchanged, in either order
+    real = block_state(torch.randn(3, 4, dtype=torch.float64), v)
+    for merged in (merge(masked, real), merge(real, masked)):
+        for x, y in zip(merged, real):
+            assert torch.equal(x, y)
+
+
+def test_state_does_not_overflow_on_huge_scores():
+    s = torch.tensor([[1000.0, 999.0, -1000.0]])
+    v = torch.tensor([[1.0], [2.0], [3.0]])
+    a, b = block_state(s[:, :1], v[:1]), block_state(s[:, 1:], v[1:])
+    out = finalize(merge(a, b))
+    expected = (1 * 1 + 2 * math.exp(-1)) / (1 + math.exp(-1))
+    assert torch.isfinite(out).all()
+    assert abs(out.item() - expected) < 1e-5
+
+
+def test_state_api_errors():
+    with pytest.raises(ValueError, match="must equal v's rows"):
+        block_state(torch.zeros(2, 3), torch.zeros(4, 1))
+    with pytest.raises(ValueError, match=r"\+inf"):
+        block_state(torch.tensor([[float("inf")]]), torch.zeros(1, 1))
+    with pytest.raises(ValueError, match="a must be a SoftmaxState"):
+        merge((torch.zeros(1), torch.zeros(1), torch.zeros(1, 1)), empty_state((1,), 1))
+    with pytest.raises(ValueError, match="state must have m and l"):
+        finalize(SoftmaxState(torch.zeros(2), torch.zeros(3), torch.zeros(2, 1)))
+    with pytest.raises(ValueError, match="non-negative"):
+        empty_state((-1,), 2)
+
+
+# ---------------------------------------------------------------- 2. which key blocks are read
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_key_block_range_is_exactly_the_blocks_with_an_allowed_pair(seed):
+    gen = torch.Generator().manual_seed(seed)
+    T = int(torch.randint(1, 20, (1,), generator=gen))
+    S = T + int(torch.randint(0, 10, (1,), generator=gen))
+    bq, bk = (int(x) for x in torch.randint(1, 7, (2,), generator=gen))
+    window = None if seed % 2 else int(torch.randint(1, 6, (1,), generator=gen))
+    allowed = causal_mask(T, S) if window is None else sliding_window_mask(T, window, S)
+    for qs in range(0, T, bq):
+        qe = min(T, qs + bq)
+        needed = {kb for kb in range(-(-S // bk)) if allowed[qs:qe, kb * bk : (kb + 1) * bk].any()}
+        assert set(key_block_range(qs, qe, T, S, bk, causal=True, window=window)) == needed
+    assert list(key_block_range(0, T, T, S, bk, causal=False, window=None)) == list(range(-(-S // bk)))
+
+
+# ---------------------------------------------------------------- 3. the tiled forward is exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (3, 1)])
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_tiled_forward_matches_dense(kind, heads, dtype):
+    for seed in range(3):
+        q, k, v, kwargs, dense = _problem(seed + 10 * MASK_KINDS.index(kind), kind, heads, dtype)
+        gen = torch.Generator().manual_seed(seed)
+        bq, bk = (int(x) for x in torch.randint(1, 6, (2,), generator=gen))  # rarely divide T or S
+        out, lse = tiled_attention(q, k, v, block_q=bq, block_k=bk, **kwargs)
+        ref_out, ref_lse = _dense(q, k, v, dense)
+        assert out.dtype == dtype and out.shape == ref_out.shape and lse.shape == ref_lse.shape
+        torch.testing.assert_close(out, ref_out, rtol=TOL[dtype], atol=TOL[dtype])
+        torch.testing.assert_close(lse, ref_lse, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_fully_masked_rows_are_zero_with_lse_minus_inf():
+    q, k, v = torch.randn(1, 2, 4, 3), torch.randn(1, 2, 5, 3), torch.randn(1, 2, 5, 3)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[2] = False
+    out, lse = tiled_attention(q, k, v, mask=mask, block_q=3, block_k=2)
+    assert torch.equal(out[..., 2, :], torch.zeros(1, 2, 3))
+    assert torch.isneginf(lse[..., 2]).all() and torch.isfinite(lse[..., [0, 1, 3]]).all()
+
+
+def test_no_leading_dims_custom_scale_and_large_blocks():
+    q, k, v = torch.randn(2, 7, 5, dtype=torch.float64), torch.randn(1, 9, 5, dtype=torch.float64), torch.randn(1, 9, 4, dtype=torch.float64)
+    out, lse = tiled_attention(q, k, v, causal=True, block_q=100, block_k=100, scale=0.3)
+    ref, ref_lse = _dense(q, k, v, causal_mask(7, 9), scale=0.3)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_accumulate_in_float32(dtype):
+    q, k, v, kwargs, dense = _problem(3, "causal", (2, 1), torch.float32, T=20, d=16, dv=16)
+    out, lse = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), block_q=8, block_k=8, **kwargs)
+    ref, ref_lse = _dense(q.to(dtype).float(), k.to(dtype).float(), v.to(dtype).float(), dense)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    # the only rounding beyond float32 is the final cast of O to the half type
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- 4. the recomputing backward
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_gradients_match_autograd_through_dense(kind, dtype):
+    for seed, heads in enumerate([(2, 2), (4, 2), (3, 1)]):
+        q, k, v, kwargs, dense = _problem(100 + seed + 10 * MASK_KINDS.index(kind), kind, heads, dtype)
+        gen = torch.Generator().manual_seed(seed)
+        bq, bk = (int(x) for x in torch.randint(1, 6, (2,), generator=gen))
+        d_out = torch.randn(*q.shape[:-1], v.shape[-1], generator=gen, dtype=dtype)
+        d_lse = torch.randn(q.shape[:-1], generator=gen, dtype=dtype)
+
+        def loss(out, lse):
+            # the lse term checks its gradient too; -inf entries (empty rows) carry none
+            return (out * d_out).sum() + (torch.where(torch.isfinite(lse), lse, 0.0) * d_lse).sum()
+
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        grads = torch.autograd.grad(loss(*tiled_attention(*leaves, block_q=bq, block_k=bk, **kwargs)), leaves)
+        ref_leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        ref_grads = torch.autograd.grad(loss(*_dense(*ref_leaves, dense)), ref_leaves)
+        for name, g, r in zip("qkv", grads, ref_grads):
+            assert g.shape == r.shape, name
+            torch.testing.assert_close(g, r, rtol=TOL[dtype], atol=TOL[dtype], msg=lambda m: f"d{name}: {m}")
+
+
+def test_gradcheck_small():
+    q, k, v, kwargs, _ = _problem(5, "cached_window", (2, 1), torch.float64, T=4, d=3, dv=2)
+    inputs = [x.requires_grad_() for x in (q, k, v)]
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: tiled_attention(a, b, c, block_q=3, block_k=2, **kwargs), inputs, eps=1e-6, atol=1e-6
+    )
+
+
+def test_backward_saves_no_T_by_S_tensor():
+    """Every tensor saved for the backward is recorded; none may be (T, S)-sized.
+
+    The same probe on the dense path does find a (T, S) tensor, which shows the probe can fail.
+    """
+    B, h, g, T, S, d = 1, 4, 2, 48, 80, 8
+    q = torch.randn(B, h, T, d, requires_grad=True)
+    k = torch.randn(B, g, S, d, requires_grad=True)
+    v = torch.randn(B, g, S, d, requires_grad=True)
+
+    def saved_shapes(fn):
+        shapes = []
+
+        def pack(t):
+            shapes.append(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn()
+        return shapes
+
+    def is_score_sized(shape):
+        return len(shape) >= 2 and shape[-2:] in ((T, S), (S, T))
+
+    tiled = saved_shapes(lambda: tiled_attention(q, k, v, causal=True, block_q=16, block_k=16))
+    assert sorted(tiled) == sorted([(B, h, T, d), (B, g, S, d), (B, g, S, d), (B, h, T, d), (B, h, T)])
+    assert not any(is_score_sized(s) for s in tiled)
+    dense = saved_shapes(lambda: _dense(q, k, v, causal_mask(T, S)))
+    assert any(is_score_sized(s) for s in dense)
+
+
+def test_only_q_needs_grad():
+    q, k, v, kwargs, dense = _problem(7, "causal", (2, 2), torch.float64, T=6)
+    qq = q.clone().requires_grad_()
+    (g,) = torch.autograd.grad(tiled_attention(qq, k, v, block_q=4, block_k=4, **kwargs)[0].sum(), [qq])
+    qr = q.clone().requires_grad_()
+    (r,) = torch.autograd.grad(_dense(qr, k, v, dense)[0].sum(), [qr])
+    torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- 5. argument checks
+
+
+def test_tiled_attention_errors():
+    x = torch.randn(1, 2, 4, 3)
+    with pytest.raises(ValueError, match="at least 3 dims"):
+        tiled_attention(x[0, 0], x[0, 0], x[0, 0])
+    with pytest.raises(ValueError, match="multiple of the key/value heads"):
+        tiled_attention(torch.randn(1, 3, 4, 3), x, x)
+    with pytest.raises(ValueError, match="share the key width"):
+        tiled_attention(x, torch.randn(1, 2, 4, 5), x)
+    with pytest.raises(ValueError, match="same number of rows"):
+        tiled_attention(x, x, torch.randn(1, 2, 5, 3))
+    with pytest.raises(ValueError, match="share a dtype"):
+        tiled_attention(x, x, x.double())
+    with pytest.raises(ValueError, match="window requires causal"):
+        tiled_attention(x, x, x, window=2)
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        tiled_attention(x, x, x, causal=True, window=0)
+    with pytest.raises(ValueError, match="S >= T"):
+        tiled_attention(x, x[:, :, :2], x[:, :, :2], causal=True)
+    with pytest.raises(ValueError, match="block_q must be an int >= 1"):
+        tiled_attention(x, x, x, block_q=0)
+    with pytest.raises(ValueError, match="block_k must be an int >= 1"):
+        tiled_attention(x, x, x, block_k=2.5)
+    with pytest.raises(ValueError, match="scale must be a positive"):
+        tiled_attention(x, x, x, scale=-1.0)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        tiled_attention(x, x, x, mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool .* or floating"):
+        tiled_attention(x, x, x, mask=torch.ones(4, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="causal must be a bool"):
+        tiled_attention(x, x, x, causal=1)
+    with pytest.raises(ValueError, match="leading"):
+        tiled_attention(x, torch.randn(2, 2, 4, 3), torch.randn(2, 2, 4, 3))
