@@ -4,20 +4,25 @@ What this module provides
 - ``softmax_temperature_explorer(scores, values=None)``: a slider for the factor that multiplies
   the scores before the softmax (1/sqrt(d_k) in equation 1.2, or 1/temperature when sampling) and
   a bar chart of the resulting weights, redrawn as the slider moves.
+- ``positional_encoding_explorer(d, max_len)``: two sliders, a position and a channel pair, showing
+  the sinusoidal encoding of that position (chapter 2, equation 2.1) and that pair's wave over all
+  positions.
 
 The explorers are thin: the numbers they show come from ``companion.attention``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 import torch
 
 from .attention import stable_softmax
+from .positions import sinusoidal_table
 
-__all__ = ["softmax_temperature_explorer"]
+__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer"]
 
 
 def softmax_temperature_explorer(
@@ -51,3 +56,35 @@ def softmax_temperature_explorer(
 
     slider = widgets.FloatSlider(value=scale, min=lo, max=hi, step=0.05, description="scale", continuous_update=False)
     return widgets.interactive(draw, scale=slider)
+
+
+def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float = 10000.0):
+    """Return an ipywidgets ``interactive``: the sinusoidal vector PE[p] for a chosen position p, and
+    the sine/cosine pair i traced over every position, with its wavelength 2 pi base^(2i/d)."""
+    import ipywidgets as widgets
+
+    if d < 2 or d % 2:
+        raise ValueError(f"d must be even and >= 2; got {d}")
+    if max_len < 2:
+        raise ValueError(f"max_len must be >= 2; got {max_len}")
+    table = sinusoidal_table(torch.arange(max_len), d, base).double()  # (max_len, d)
+
+    def draw(position: int, pair: int) -> None:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+        ax1.bar(range(d), table[position].numpy(), color=["tab:blue", "tab:orange"] * (d // 2))
+        ax1.set_ylim(-1.1, 1.1)
+        ax1.set_xlabel("channel (blue: sin, orange: cos)")
+        ax1.set_title(f"PE[{position}]")
+        wavelength = 2 * math.pi * base ** (2 * pair / d)
+        ax2.plot(table[:, 2 * pair].numpy(), label="sin")
+        ax2.plot(table[:, 2 * pair + 1].numpy(), label="cos")
+        ax2.axvline(position, color="k", lw=0.8)
+        ax2.set_xlabel("position")
+        ax2.set_title(f"pair {pair}: wavelength {wavelength:,.1f} positions")
+        ax2.legend(loc="upper right")
+        fig.tight_layout()
+        plt.show()
+
+    pos = widgets.IntSlider(value=10, min=0, max=max_len - 1, description="position", continuous_update=False)
+    pair = widgets.IntSlider(value=0, min=0, max=d // 2 - 1, description="pair i", continuous_update=False)
+    return widgets.interactive(draw, position=pos, pair=pair)

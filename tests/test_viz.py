@@ -30,3 +30,15 @@ def test_temperature_explorer_validates_and_builds():
         softmax_temperature_explorer([0.0, 1.0], scale=10.0)
     with pytest.raises(ValueError, match="labels"):
         softmax_temperature_explorer([0.0, 1.0], labels=["only one"])
+
+
+def test_positional_encoding_explorer():
+    from companion.widgets import positional_encoding_explorer
+
+    widget = positional_encoding_explorer(16, 32)
+    assert [c.description for c in widget.children[:2]] == ["position", "pair i"]
+    assert widget.children[1].max == 7 and widget.children[0].max == 31
+    with pytest.raises(ValueError, match="even"):
+        positional_encoding_explorer(7)
+    with pytest.raises(ValueError, match="max_len"):
+        positional_encoding_explorer(8, 1)
