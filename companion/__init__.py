@@ -14,6 +14,14 @@ One concept per module, named for the concept:
 - ``companion.blocks``: pre-/post-norm residual blocks (chapters 3, 6).
 - ``companion.models``: Seq2SeqTransformer, GPT and the configurable Decoder with presets.
 - ``companion.accounting``: parameters, FLOPs and KV-cache bytes by formula (chapters 6, 8, 10).
+- ``companion.generate``: samplers and generate() with no / contiguous / paged caches (chapters 10, 12).
+- ``companion.paged``: the paged KV cache: block tables, free list, prefix hashing, copy-on-write (chapter 12).
+- ``companion.kvquant``: int8 / int4 KV quantisation with per-(token, head) scales (chapter 12).
+- ``companion.engine``: the continuous-batching serving engine (scheduler, runner, sequences) (chapter 12).
+- ``companion.data``: offline corpora (Shakespeare, verse-aligned Bibles), ``datasets`` objects, batching, synthetic tasks.
+- ``companion.tokenizers``: character-level, byte-level BPE from scratch, and the same BPE via ``tokenizers``.
+- ``companion.optim``: Adam, AdamW, parameter groups, gradient clipping, learning-rate schedules.
+- ``companion.losses``: cross-entropy with ignore index and loss masks, label smoothing.
 """
 
 from .profile import Profile, pick_device, profile, seed_everything

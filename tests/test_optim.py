@@ -1,0 +1,152 @@
+"""companion.optim: Adam/AdamW against torch, Adam+L2 vs AdamW, parameter groups, clipping, schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from companion import optim
+
+
+def _run(cls_a, cls_b, steps=100, **kwargs):
+    torch.manual_seed(0)
+    shapes = [(7, 5), (5,), (3, 4, 2)]
+    a = [torch.randn(s, requires_grad=True) for s in shapes]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    opt_a, opt_b = cls_a(a, **kwargs), cls_b(b, **kwargs)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p, q in zip(a, b):
+            grad = torch.randn(p.shape, generator=g) * 3
+            p.grad, q.grad = grad.clone(), grad.clone()
+        opt_a.step()
+        opt_b.step()
+    return a, b
+
+
+@pytest.mark.parametrize("ours, theirs, kwargs", [
+    (optim.Adam, torch.optim.Adam, dict(lr=1e-2)),
+    (optim.Adam, torch.optim.Adam, dict(lr=3e-3, betas=(0.8, 0.99), weight_decay=0.1)),
+    (optim.AdamW, torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+    (optim.AdamW, torch.optim.AdamW, dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-6, weight_decay=0.5)),
+])
+def test_matches_torch_over_100_steps(ours, theirs, kwargs):
+    a, b = _run(ours, theirs, **kwargs)
+    for p, q in zip(a, b):
+        assert torch.allclose(p, q, atol=1e-6, rtol=0), (p - q).abs().max()
+    moved = max((p - q).abs().max() for p, q in zip(a, _run(ours, theirs, steps=0, **kwargs)[0]))
+    assert moved > 0.05  # the parameters really moved, so the comparison means something
+
+
+def test_adam_l2_differs_from_adamw():
+    a, _ = _run(optim.Adam, optim.Adam, lr=1e-2, weight_decay=0.1)
+    w, _ = _run(optim.AdamW, optim.AdamW, lr=1e-2, weight_decay=0.1)
+    assert max((p - q).abs().max() for p, q in zip(a, w)) > 1e-3
+
+
+def test_decay_semantics_on_a_zero_gradient():
+    # With g = 0, AdamW shrinks theta by exactly (1 - lr*wd); Adam+L2 takes a normalised step of ~lr.
+    p = torch.full((3,), 2.0, requires_grad=True)
+    opt = optim.AdamW([p], lr=0.1, weight_decay=0.5)
+    p.grad = torch.zeros(3)
+    opt.step()
+    assert torch.allclose(p, torch.full((3,), 2.0 * (1 - 0.05)))
+    q = torch.full((3,), 2.0, requires_grad=True)
+    opt = optim.Adam([q], lr=0.1, weight_decay=0.5)
+    q.grad = torch.zeros(3)
+    opt.step()
+    assert torch.allclose(q, torch.full((3,), 2.0 - 0.1), atol=1e-6)
+
+
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.proj = nn.Linear(4, 4)
+        self.norm = nn.LayerNorm(4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight  # tied
+        self.frozen = nn.Parameter(torch.zeros(2, 2), requires_grad=False)
+
+
+def test_param_groups():
+    model = _Tiny()
+    decay, exempt = optim.param_groups(model, 0.1)
+    ids = lambda ps: {id(p) for p in ps}  # noqa: E731
+    assert ids(decay["params"]) == {id(model.embed.weight), id(model.proj.weight)}
+    assert ids(exempt["params"]) == {id(model.proj.bias), id(model.norm.weight), id(model.norm.bias)}
+    assert decay["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
+    decay, exempt = optim.param_groups(model, 0.1, decay_embeddings=False)
+    assert ids(decay["params"]) == {id(model.proj.weight)}
+    assert id(model.embed.weight) in ids(exempt["params"])
+    opt = optim.build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.1)
+    assert isinstance(opt, optim.AdamW) and [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    assert isinstance(optim.build_optimizer(model, "adam_l2"), optim.Adam)
+    with pytest.raises(ValueError, match="name must be one of \\['adam', 'adam_l2', 'adamw'\\]"):
+        optim.build_optimizer(model, "sgd")
+    with pytest.raises(ValueError, match="weight_decay must be >= 0"):
+        optim.param_groups(model, -1.0)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_clip_grad_norm_matches_torch(max_norm):
+    torch.manual_seed(0)
+    a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    for p, q in zip(a, b):
+        p.grad = torch.randn(p.shape) * 2
+        q.grad = p.grad.clone()
+    ours = optim.clip_grad_norm(a, max_norm)
+    theirs = torch.nn.utils.clip_grad_norm_(b, max_norm)
+    assert torch.allclose(ours, theirs)
+    for p, q in zip(a, b):
+        assert torch.allclose(p.grad, q.grad, atol=1e-7)
+    after = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in a]))
+    assert after <= max_norm * (1 + 1e-5)
+    with pytest.raises(ValueError, match="max_norm must be > 0"):
+        optim.clip_grad_norm(a, 0.0)
+
+
+def test_noam_schedule():
+    noam = optim.Noam(d_model=512, warmup=4000)
+    peak = 512**-0.5 * 4000**-0.5
+    assert math.isclose(noam(3999), peak)  # t = 4000: both arms meet
+    assert noam(0) < noam(1000) < noam(3999) and noam(3999) > noam(8000)
+    assert math.isclose(noam(15999) / noam(3999), 0.5)  # t^-1/2 decay: 4x the steps, half the rate
+    assert math.isclose(noam(99), 512**-0.5 * 100 * 4000**-1.5)
+
+
+def test_warmup_cosine_and_constant():
+    sched = optim.WarmupCosine(warmup=10, total=110, floor=0.1)
+    assert math.isclose(sched(0), 0.1) and math.isclose(sched(9), 1.0)
+    assert math.isclose(sched(10), 1.0) and math.isclose(sched(60), 0.55)
+    assert math.isclose(sched(110), 0.1) and math.isclose(sched(500), 0.1)
+    values = [sched(s) for s in range(10, 111)]
+    assert all(x >= y for x, y in zip(values, values[1:]))
+    const = optim.ConstantWithWarmup(4)
+    assert [const(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="total must be > warmup=10"):
+        optim.WarmupCosine(10, 10)
+    with pytest.raises(ValueError, match="floor must be in \\[0, 1\\]"):
+        optim.WarmupCosine(0, 10, floor=2)
+
+
+def test_schedules_drive_lambda_lr_and_survive_state_dict():
+    p = torch.zeros(2, requires_grad=True)
+    opt = optim.AdamW([p], lr=1e-3)
+    lr_sched = optim.scheduler(opt, optim.WarmupCosine(warmup=5, total=20))
+    lrs = []
+    for _ in range(8):
+        lrs.append(opt.param_groups[0]["lr"])
+        p.grad = torch.ones(2)
+        opt.step()
+        lr_sched.step()
+    assert math.isclose(lrs[0], 1e-3 / 5) and math.isclose(lrs[4], 1e-3)
+    state = lr_sched.state_dict()
+    assert state["lr_lambdas"][0] == {"warmup": 5, "total": 20, "floor": 0.1}  # callable objects are saved
+    opt2 = optim.AdamW([p], lr=1e-3)
+    opt2.load_state_dict(opt.state_dict())
+    assert opt2.state[p]["step"] == 8
