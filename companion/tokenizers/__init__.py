@@ -5,6 +5,7 @@ What this package provides (one concept per module)
 - ``companion.tokenizers.bpe``: ``ByteBPE`` (train / encode / decode / save / load in readable Python),
   ``pretokenize`` and the GPT-2 byte table.
 - ``companion.tokenizers.fast``: ``FastByteBPE``, the same interface on the Rust library.
+- ``companion.tokenizers.word``: ``WordTokenizer``, lowercase words and punctuation (the translation chapter).
 
 All three share: ``train(texts, ...)`` (a classmethod), ``encode(str) -> list[int]``,
 ``decode(list[int]) -> str``, ``vocab_size``, ``special_tokens`` (string -> id), ``save(path)`` and
@@ -14,5 +15,8 @@ All three share: ``train(texts, ...)`` (a classmethod), ``encode(str) -> list[in
 from .bpe import GPT2_PATTERN, ByteBPE, bytes_to_unicode, pretokenize
 from .char import CharTokenizer
 from .fast import FastByteBPE
+from .word import WordTokenizer, split_words
 
-__all__ = ["ByteBPE", "CharTokenizer", "FastByteBPE", "GPT2_PATTERN", "bytes_to_unicode", "pretokenize"]
+__all__ = [
+    "ByteBPE", "CharTokenizer", "FastByteBPE", "GPT2_PATTERN", "WordTokenizer", "bytes_to_unicode", "pretokenize", "split_words",
+]
