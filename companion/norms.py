@@ -7,6 +7,12 @@ What this module provides
   2019; the modern decoder).
 - ``make_norm(kind, d)``: pick one by name, so a model's config can say ``norm="rms"``.
 
+Each module has the plain path (the formula, written out, which is what the book teaches) and a
+fast path (torch's fused kernel) side by side; ``fused=False`` selects the plain one, and the tests
+hold the two equal. The fused path matters: the written-out LayerNorm launches about seven small
+kernels where torch's launches one, which cost about 11% of a small GPT's CPU training throughput
+(benchmarks/README.md, model_overhead.py).
+
 Where a norm sits in a residual block (pre-norm: x + f(norm(x)); post-norm: norm(x + f(x))) is
 decided by the blocks that use these modules, see ``companion.blocks``.
 """
@@ -14,6 +20,7 @@ decided by the blocks that use these modules, see ``companion.blocks``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["LayerNorm", "RMSNorm", "make_norm", "NORMS"]
@@ -27,22 +34,24 @@ class LayerNorm(nn.Module):
     The variance is the biased one (divide by d, not d - 1), as in torch.nn.LayerNorm.
     """
 
-    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True, fused: bool = True):
         super().__init__()
         if d < 1:
             raise ValueError(f"d must be >= 1; got {d}")
-        self.eps = eps
+        self.eps, self.fused = eps, fused
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        if self.fused:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
         mu = x.mean(dim=-1, keepdim=True)
         var = (x - mu).pow(2).mean(dim=-1, keepdim=True)
         y = (x - mu) * torch.rsqrt(var + self.eps) * self.weight
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}"
+        return f"{self.weight.shape[0]}, eps={self.eps}, bias={self.bias is not None}, fused={self.fused}"
 
 
 class RMSNorm(nn.Module):
@@ -52,18 +61,21 @@ class RMSNorm(nn.Module):
     re-scaling (not the re-centring) is what stabilises training.
     """
 
-    def __init__(self, d: int, eps: float = 1e-6):
+    def __init__(self, d: int, eps: float = 1e-6, fused: bool = True):
         super().__init__()
         if d < 1:
             raise ValueError(f"d must be >= 1; got {d}")
         self.eps = eps
+        self.fused = fused and hasattr(F, "rms_norm")  # torch >= 2.4
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        if self.fused:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
 
     def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
+        return f"{self.weight.shape[0]}, eps={self.eps}, fused={self.fused}"
 
 
 def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = True) -> nn.Module:

@@ -19,11 +19,12 @@ from companion.positions import (
 )
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["written-out", "fused"])
 @pytest.mark.parametrize("shape", [(3, 8), (2, 5, 16), (1, 1, 7)])
-def test_layernorm_matches_torch(shape):
+def test_layernorm_matches_torch(shape, fused):
     torch.manual_seed(0)
     d = shape[-1]
-    ours, ref = LayerNorm(d), torch.nn.LayerNorm(d)
+    ours, ref = LayerNorm(d, fused=fused), torch.nn.LayerNorm(d)
     with torch.no_grad():
         w, b = torch.randn(d), torch.randn(d)
         ours.weight.copy_(w); ours.bias.copy_(b); ref.weight.copy_(w); ref.bias.copy_(b)
@@ -31,11 +32,12 @@ def test_layernorm_matches_torch(shape):
     torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["written-out", "fused"])
 @pytest.mark.parametrize("shape", [(3, 8), (2, 5, 16)])
-def test_rmsnorm_matches_torch(shape):
+def test_rmsnorm_matches_torch(shape, fused):
     torch.manual_seed(1)
     d = shape[-1]
-    ours, ref = RMSNorm(d, eps=1e-6), torch.nn.RMSNorm(d, eps=1e-6)
+    ours, ref = RMSNorm(d, eps=1e-6, fused=fused), torch.nn.RMSNorm(d, eps=1e-6)
     with torch.no_grad():
         w = torch.randn(d)
         ours.weight.copy_(w); ref.weight.copy_(w)
