@@ -63,7 +63,8 @@ def cross_entropy(
     safe_targets = torch.where(counted, targets, torch.zeros_like(targets))
     if bool(((safe_targets < 0) | (safe_targets >= V)).any()):
         raise ValueError(f"targets must be in [0, {V}) or equal ignore_index={ignore_index}")
-    log_p = torch.log_softmax(logits.float(), dim=-1)
+    # half-precision logits are upcast (the log-sum-exp needs the range); float32/64 keep their dtype
+    log_p = torch.log_softmax(logits.float() if logits.element_size() < 4 else logits, dim=-1)
     nll = -log_p.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)
     loss = nll if label_smoothing == 0 else (1 - label_smoothing) * nll - label_smoothing * log_p.mean(dim=-1)
     loss = torch.where(counted, loss, torch.zeros_like(loss))

@@ -80,3 +80,12 @@ def test_bad_inputs():
         prompt_mask([4], [3], T=5)
     with pytest.raises(ValueError, match="T >= 2"):
         lm_shift(torch.zeros(2, 1, dtype=torch.long))
+
+
+def test_cross_entropy_keeps_float64_and_upcasts_half():
+    from companion.losses import cross_entropy
+
+    logits = torch.randn(3, 5, dtype=torch.float64)
+    targets = torch.tensor([0, 4, 2])
+    assert cross_entropy(logits, targets).dtype == torch.float64
+    assert cross_entropy(logits.bfloat16(), targets).dtype == torch.float32
