@@ -22,6 +22,10 @@ One concept per module, named for the concept:
 - ``companion.tokenizers``: character-level, byte-level BPE from scratch, and the same BPE via ``tokenizers``.
 - ``companion.optim``: Adam, AdamW, parameter groups, gradient clipping, learning-rate schedules.
 - ``companion.losses``: cross-entropy with ignore index and loss masks, label smoothing.
+- ``companion.train``: one training loop for every model (accumulation, bf16, DDP, exact resume, history, MFU).
+- ``companion.checkpoint``: safetensors + JSON checkpoints, written atomically, SHA-256 checked, never unpickled.
+- ``companion.translate``: greedy and beam search for the encoder-decoder; corpus BLEU and chrF.
+- ``companion.train_cli``: the ``train`` and ``sample`` commands of ``python -m companion``.
 """
 
 from .profile import Profile, pick_device, profile, seed_everything

@@ -17,8 +17,13 @@ What this module provides
   only the rows a sliding-window layer can still read (the last w - 1 before each append, plus
   ``keep`` initial rows for StreamingLLM-style kept tokens): a bounded ring, not a growing tensor.
 - ``ModelCache``: one view per layer; ``length`` = positions already processed.
+- ``PackedBatchCache``: several sequences' caches (contiguous or paged) driven by ONE forward over
+  their new rows laid end to end in a single (1, N) row ("packed" or "varlen" batching, the way
+  serving engines batch sequences of different lengths without padding). Its per-layer view sets
+  ``same_sequence``, a (N, S) boolean that the attention layers AND into their position mask so
+  no sequence reads another's keys.
 
-Paged and quantised caches (chapter 12) implement the same ``LayerCache`` protocol.
+Paged and quantised caches (``companion.paged``, chapter 12) implement the same ``LayerCache`` protocol.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Protocol, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["LayerCache", "ContiguousLayerCache", "ModelCache"]
+__all__ = ["LayerCache", "ContiguousLayerCache", "ModelCache", "PackedBatchCache", "PackedLayerView"]
 
 
 class LayerCache(Protocol):
@@ -36,7 +41,10 @@ class LayerCache(Protocol):
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         """Store ``rows`` (each (..., T, d)) at absolute ``positions`` (T,); return (key_positions (S,),
-        full rows (..., S, d) each)."""
+        full rows (..., S, d) each).
+
+        A view that packs several sequences into one row may also set ``same_sequence``, a (T, S)
+        boolean (True: query row i and key row j belong to the same sequence), after ``update``."""
         ...
 
 
@@ -114,3 +122,63 @@ class ModelCache:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+
+class PackedLayerView:
+    """One layer's view over several sequences packed into one row.
+
+    ``update(positions (N,), *rows (1, ..., N, d))`` splits the new rows by sequence, hands each slice
+    to that sequence's own layer view (which may be contiguous, windowed or paged), and returns the
+    concatenation of what they return: key positions (S,) and rows (1, ..., S, d), S = sum of S_b.
+    ``same_sequence`` (N, S) then says which (query, key) pairs may interact at all; the layer still
+    applies causality / window / kept tokens from the absolute positions, each sequence's own.
+    """
+
+    def __init__(self, views: Sequence[LayerCache], new_lengths: Sequence[int]):
+        if len(views) != len(new_lengths):
+            raise ValueError(f"need one new_lengths entry per view; got {len(new_lengths)} for {len(views)} views")
+        if any(n < 1 for n in new_lengths):
+            raise ValueError(f"every packed sequence needs >= 1 new row; got new_lengths={list(new_lengths)}")
+        self.views, self.new_lengths = list(views), list(new_lengths)
+        self.length = 0  # positions are always passed explicitly for packed batches
+        self.same_sequence: Tensor | None = None
+
+    def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        N = sum(self.new_lengths)
+        if positions.shape[0] != N or any(r.shape[0] != 1 or r.shape[-2] != N for r in rows):
+            raise ValueError(f"packed rows must be (1, ..., N={N}, d) with N positions; got {[tuple(r.shape) for r in rows]}, {tuple(positions.shape)}")
+        key_pos, key_rows, q_seg, k_seg = [], [[] for _ in rows], [], []
+        start = 0
+        for b, (view, n) in enumerate(zip(self.views, self.new_lengths)):
+            kp, kr = view.update(positions[start : start + n], *(r[..., start : start + n, :] for r in rows))
+            key_pos.append(kp.to(positions.device))
+            for acc, r in zip(key_rows, kr):
+                acc.append(r)
+            q_seg.append(torch.full((n,), b, device=positions.device))
+            k_seg.append(torch.full((kp.shape[0],), b, device=positions.device))
+            start += n
+        self.same_sequence = torch.cat(q_seg)[:, None] == torch.cat(k_seg)[None, :]  # (N, S) block structure
+        return torch.cat(key_pos), tuple(torch.cat(acc, dim=-2) for acc in key_rows)
+
+
+class PackedBatchCache:
+    """``ModelCache``-like wrapper: ``layer(i)`` packs layer i of every sequence's cache.
+
+    caches: per-sequence caches, each with ``layer(i)`` (``ModelCache`` or ``companion.paged.PagedSequenceCache``).
+    new_lengths: rows each sequence contributes to this forward, in the order they are packed.
+    """
+
+    def __init__(self, caches: Sequence, new_lengths: Sequence[int]):
+        self.caches, self.new_lengths = list(caches), list(new_lengths)
+        self.length = 0
+        # Caches that share one owner with a ``pack`` method (the paged pool) batch the work of all
+        # sequences per layer themselves; any other mix goes through one view per sequence.
+        owner = getattr(self.caches[0], "owner", None) if self.caches else None
+        self._packed = None
+        if hasattr(owner, "pack") and all(getattr(c, "owner", None) is owner for c in self.caches):
+            self._packed = owner.pack(self.caches, self.new_lengths)
+
+    def layer(self, i: int):
+        if self._packed is not None:
+            return self._packed.layer(i)
+        return PackedLayerView([c.layer(i) for c in self.caches], self.new_lengths)

@@ -180,8 +180,10 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project_qkv(x)
         if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
             q, k = self.rope(q, positions), self.rope(k, positions)
+        same_sequence = None  # (T, S) for a packed multi-sequence batch (companion.cache.PackedLayerView)
         if cache is not None:
             k_positions, (k, v) = cache.update(positions, k, v)
+            same_sequence = getattr(cache, "same_sequence", None)
         else:
             k_positions = positions
         bias = None
@@ -189,13 +191,16 @@ class MultiHeadAttention(nn.Module):
             bias = alibi_bias(self.alibi_slopes, positions, k_positions.to(positions.device))
         if not self.causal and self.window is None:  # encoder self-attention: only the extra mask
             out = attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
-        elif self.keep == 0:
+        elif self.keep == 0 and same_sequence is None:
             # Causal (+ window): the stored keys are contiguous positions ending at the newest row, so
             # query i sits at S - T + i (attend's convention; a window mask only looks at differences),
             # and the backend may use its fused causal / windowed kernel.
             out = attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
         else:
+            # Kept tokens or packed sequences: the mask comes from the absolute positions themselves.
             allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
+            if same_sequence is not None:
+                allowed = allowed & same_sequence.to(allowed.device)
             if mask is not None:
                 allowed = allowed & mask
             out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks)

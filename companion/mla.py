@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from .backends import BACKENDS, attend
 from .cache import LayerCache
+from .mha import position_mask
 from .norms import RMSNorm
 from .positions import RotaryEmbedding
 
@@ -122,8 +123,13 @@ class MultiHeadLatentAttention(nn.Module):
             positions = torch.arange(start, start + T, device=x.device)
         q_c, q_r = self.queries(x, positions)
         c, k_r = self.latents(x, positions)
+        causal = True
         if cache is not None:
-            _, (c, k_r) = cache.update(positions, c, k_r)  # (B, S, d_c), (B, S, d_R)
+            k_positions, (c, k_r) = cache.update(positions, c, k_r)  # (B, S, d_c), (B, S, d_R)
+            same_sequence = getattr(cache, "same_sequence", None)
+            if same_sequence is not None:  # packed sequences: causality from absolute positions, per sequence
+                allowed = position_mask(positions, k_positions.to(positions.device)) & same_sequence.to(positions.device)
+                mask, causal = (allowed if mask is None else allowed & mask), False
         h, S = self.n_heads, c.shape[1]
         if self.absorbed:
             w_uk = self.k_up.weight.view(h, self.head_dim, self.kv_rank)  # U_K^r as (d_h, d_c) per head
@@ -131,14 +137,14 @@ class MultiHeadLatentAttention(nn.Module):
             q_lat = torch.einsum("bhtd,hdc->bhtc", q_c, w_uk)  # q^C U_K^T: the query in latent space
             query = torch.cat((q_lat, q_r), dim=-1)  # (B, h, T, d_c + d_R)
             key = torch.cat((c, k_r), dim=-1).unsqueeze(1)  # (B, 1, S, d_c + d_R): one shared "head"
-            o_lat = attend(query, key, c.unsqueeze(1), causal=True, mask=mask, scale=self.scale, backend=self.backend)
+            o_lat = attend(query, key, c.unsqueeze(1), causal=causal, mask=mask, scale=self.scale, backend=self.backend)
             o = torch.einsum("bhtc,hvc->bhtv", o_lat, w_uv)  # (sum_j a_ij c_j) U_V
         else:
             k_c = self.k_up(c).view(B, S, h, self.head_dim).transpose(1, 2)  # (B, h, S, d_h)
             v = self.v_up(c).view(B, S, h, self.v_head_dim).transpose(1, 2)
             k = torch.cat((k_c, k_r.unsqueeze(1).expand(B, h, S, self.rope_dim)), dim=-1)
             query = torch.cat((q_c, q_r), dim=-1)
-            o = attend(query, k, v, causal=True, mask=mask, scale=self.scale, backend=self.backend)
+            o = attend(query, k, v, causal=causal, mask=mask, scale=self.scale, backend=self.backend)
         return self.out(o.transpose(1, 2).reshape(B, T, -1))
 
     def extra_repr(self) -> str:

@@ -1,0 +1,118 @@
+"""The command line: ``python -m companion <command>``.
+
+Commands
+- ``generate``: sample from a model, streaming tokens as they come.
+    python -m companion generate --preset llama-like --prompt "Once upon" --max-new-tokens 20 --cache paged
+  ``--checkpoint DIR`` loads a ``companion.checkpoint`` directory (config.json, model.safetensors and
+  the tokenizer saved with it); without it the preset's random weights are used and text prompts are
+  encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary). ``--ids`` takes token ids.
+- ``bench-serve``: engine (continuous batching) versus one-request-at-a-time throughput.
+- ``train`` / ``sample``: train a model on a corpus with checkpoints; sample from (or translate with) one
+  (``companion.train_cli``; ``python -m companion train --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def _load_model(args):
+    """(model, tokenizer or None): from a checkpoint (``companion.checkpoint``) or a preset's random weights."""
+    from .models import from_preset, gpt_from_preset
+
+    if args.checkpoint:
+        from .checkpoint import load_model, load_tokenizer
+
+        return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
+    torch.manual_seed(args.seed if args.seed is not None else 0)
+    if args.preset.startswith("gpt"):
+        return gpt_from_preset(args.preset).eval(), None
+    return from_preset(args.preset).eval(), None
+
+
+def cmd_generate(args) -> int:
+    from .generate import SamplingParams, generate
+
+    model, tokenizer = _load_model(args)
+    if args.ids:
+        prompt = [int(t) for t in args.ids.split()]
+    elif tokenizer is not None:
+        prompt = tokenizer.encode(args.prompt)
+    else:
+        prompt = list(args.prompt.encode("utf-8"))
+    params = SamplingParams(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        stop_tokens=tuple(args.stop), seed=args.seed,
+    )
+    as_bytes = tokenizer is None and model.config.vocab_size == 256 and not args.ids
+    for step in generate(model, [prompt], params, cache=args.cache, page_size=args.page_size, kv_bits=args.kv_bits, stream_tokens=True):
+        for _, tok in step:
+            if args.ids:
+                text = f"{tok} "
+            elif tokenizer is not None:
+                text = tokenizer.decode([tok])
+            else:
+                text = bytes([tok]).decode("utf-8", errors="replace") if as_bytes else f"{tok} "
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_bench_serve(args) -> int:
+    from .engine.bench import serve_benchmark
+    from .models import from_preset
+
+    torch.manual_seed(0)
+    model = from_preset(args.preset, d_model=args.d_model, n_layers=args.n_layers, max_seq_len=512).eval()
+    r = serve_benchmark(model, n_requests=args.requests, new_tokens=args.new_tokens, page_size=args.page_size)
+    print(json.dumps(r, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m companion", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate tokens from a model")
+    g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny")
+    g.add_argument("--checkpoint", default=None, help="a companion.checkpoint run or step directory")
+    g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids)")
+    g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of text")
+    g.add_argument("--max-new-tokens", type=int, default=32)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--stop", type=int, nargs="*", default=[], help="stop token ids")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--cache", default="contiguous", choices=("none", "contiguous", "paged"))
+    g.add_argument("--page-size", type=int, default=16)
+    g.add_argument("--kv-bits", type=int, default=None, choices=(8, 4))
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench-serve", help="engine throughput versus sequential generation")
+    b.add_argument("--preset", default="llama-like")
+    b.add_argument("--d-model", type=int, default=128)
+    b.add_argument("--n-layers", type=int, default=4)
+    b.add_argument("--requests", type=int, default=16)
+    b.add_argument("--new-tokens", type=int, default=32)
+    b.add_argument("--page-size", type=int, default=16)
+    b.set_defaults(func=cmd_bench_serve)
+
+    from .train_cli import add_subcommands
+
+    add_subcommands(sub)  # train, sample
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        parser.exit(2, f"error: {e}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

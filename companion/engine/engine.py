@@ -1,0 +1,188 @@
+"""``Engine``: continuous batching over a paged (or contiguous) KV cache.
+
+Each ``step()``: the scheduler picks (sequence, n_tokens) pairs within the token budget, the runner
+feeds them in one packed forward and samples where a sequence's known tokens are exhausted, and the
+engine appends tokens, registers newly full pages for prefix sharing, and retires sequences that
+hit a stop token, max_new_tokens or the model's context (their pages return to the pool at once,
+so waiting requests are admitted the very next step). Per request it records time to first token
+(TTFT = first token time - arrival) and decode speed (generated tokens / (finish - arrival)).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence as Seq
+
+from torch import nn
+
+from ..generate import SamplingParams, check_prompts, context_length
+from ..paged import PagedKVCache
+from .runner import Runner
+from .scheduler import Scheduler
+from .sequence import Sequence, Status
+
+__all__ = ["Engine", "RequestOutput", "CACHES"]
+
+CACHES = ("paged", "contiguous")
+
+
+@dataclass
+class RequestOutput:
+    id: int
+    prompt: list[int]
+    tokens: list[int]
+    finish_reason: str
+    ttft_s: float
+    tokens_per_s: float
+    preemptions: int
+    text: str | None = None
+
+
+class Engine:
+    """Serve ``model`` with continuous batching.
+
+    Args:
+        model: a ``Decoder`` or ``GPT`` (put in eval mode here).
+        tokenizer: optional, with ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``;
+            lets prompts be strings and fills ``RequestOutput.text``.
+        cache: "paged" (page pool, prefix sharing, preemption) or "contiguous" (one growing cache per sequence).
+        max_batch_tokens: tokens fed per step, all sequences together (decode tokens + prefill chunks).
+        page_size: p, token slots per page. n_pages: pool size (default: max_seqs full contexts).
+        max_seqs: sequences running at once. kv_bits: None, 8 or 4 (quantised pages).
+        prefix_sharing: map registered full prompt pages instead of recomputing them.
+    """
+
+    def __init__(
+        self, model: nn.Module, tokenizer=None, *, cache: str = "paged", max_batch_tokens: int = 256, page_size: int = 16,
+        n_pages: int | None = None, max_seqs: int = 32, kv_bits: int | None = None, prefix_sharing: bool = True,
+    ):
+        if cache not in CACHES:
+            raise ValueError(f"cache must be one of {CACHES}; got {cache!r}")
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1; got {max_batch_tokens}")
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1; got {page_size}")
+        if max_seqs < 1:
+            raise ValueError(f"max_seqs must be >= 1; got {max_seqs}")
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.context = context_length(model)
+        self.page_size = page_size
+        self.kv: PagedKVCache | None = None
+        if cache == "paged":
+            n_pages = max_seqs * -(-self.context // page_size) if n_pages is None else n_pages
+            if n_pages < 1:
+                raise ValueError(f"n_pages must be >= 1; got {n_pages}")
+            dtype = next(model.parameters()).dtype
+            device = next(model.parameters()).device
+            self.kv = PagedKVCache(model, n_pages, page_size, bits=kv_bits, dtype=dtype, device=device, prefix_sharing=prefix_sharing)
+        self.scheduler = Scheduler(model, self.kv, max_batch_tokens, max_seqs)
+        self.runner = Runner(model)
+        self.sequences: list[Sequence] = []
+        self.steps = 0
+        # tokens_fed: rows through the model (prefill + decode; shared prefixes are not fed);
+        # peak_pages: most pages referenced at once (cached-but-free pages not counted)
+        self.stats = {"tokens_fed": 0, "prefill_tokens_fed": 0, "peak_pages": 0}
+
+    # requests ---------------------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None) -> int:
+        """Queue one request; returns its id. Raises ValueError for an unservable request."""
+        params = params or SamplingParams()
+        prompt = self._check_request(prompt, params)
+        seq = Sequence(len(self.sequences), prompt, params, time.perf_counter())
+        seq.generator = params.generator()
+        self.sequences.append(seq)
+        if params.max_new_tokens == 0:
+            self._finish(seq, "length", running=False)
+        else:
+            self.scheduler.add(seq)
+        return seq.id
+
+    def _check_request(self, prompt, params: SamplingParams) -> list[int]:
+        params.validate()
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("prompt is a string but the engine has no tokenizer; pass token ids or a tokenizer")
+            prompt = self.tokenizer.encode(prompt)
+        (prompt,) = check_prompts(self.model, [list(prompt)])
+        if self.kv is not None:
+            longest = min(len(prompt) + params.max_new_tokens, self.context)
+            need = -(-longest // self.page_size)
+            if need > self.kv.n_pages:
+                raise ValueError(
+                    f"n_pages={self.kv.n_pages} is too small: one request of {len(prompt)} prompt + {params.max_new_tokens} new "
+                    f"tokens needs {need} pages of {self.page_size}"
+                )
+        return prompt
+
+    # the loop ---------------------------------------------------------------------------------------
+    def step(self) -> list[tuple[int, int]]:
+        """One scheduling step; returns the (request id, new token) pairs it produced."""
+        batch = self.scheduler.schedule()
+        if not batch:
+            if self.scheduler.has_work():
+                raise RuntimeError("no sequence could be scheduled although requests wait: the pool cannot hold any of them")
+            return []
+        self.stats["tokens_fed"] += sum(n for _, n in batch)
+        self.stats["prefill_tokens_fed"] += sum(n for seq, n in batch if not seq.output)
+        new = self.runner.run(batch)
+        self.steps += 1
+        if self.kv is not None:
+            self.stats["peak_pages"] = max(self.stats["peak_pages"], self.kv.n_pages - self.kv.n_free)
+        for seq, _ in batch:
+            if self.kv is not None:
+                seq.cache.commit(seq.tokens)  # name newly full pages for prefix sharing
+        events = []
+        for seq, tok in new:
+            seq.output.append(tok)
+            if seq.first_token_time is None:
+                seq.first_token_time = time.perf_counter()
+            events.append((seq.id, tok))
+            if tok in seq.params.stop_tokens:
+                self._finish(seq, "stop")
+            elif len(seq.output) >= seq.params.max_new_tokens:
+                self._finish(seq, "length")
+            elif len(seq.tokens) >= self.context:
+                self._finish(seq, "context")
+        return events
+
+    def _finish(self, seq: Sequence, reason: str, running: bool = True) -> None:
+        if running:
+            self.scheduler.finish(seq)
+        seq.status, seq.finish_reason, seq.finish_time = Status.FINISHED, reason, time.perf_counter()
+
+    def generate(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None, arrivals: Seq[int] | None = None) -> list[RequestOutput]:
+        """Serve every prompt to completion; request i is added before step ``arrivals[i]`` (default 0).
+        ``sampling_params``: one for all, or one per prompt. Returns outputs in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("prompts must hold at least one prompt; got none")
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params or SamplingParams()] * len(prompts)
+        if len(sampling_params) != len(prompts):
+            raise ValueError(f"sampling_params needs one entry per prompt ({len(prompts)}); got {len(sampling_params)}")
+        arrivals = [0] * len(prompts) if arrivals is None else list(arrivals)
+        if len(arrivals) != len(prompts) or any(a < 0 for a in arrivals):
+            raise ValueError(f"arrivals needs one step index >= 0 per prompt ({len(prompts)}); got {arrivals}")
+        for p, sp in zip(prompts, sampling_params):  # validate everything before queueing anything
+            self._check_request(p, sp)
+        order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
+        ids: dict[int, int] = {}
+        step, k = 0, 0
+        while k < len(order) or self.scheduler.has_work():
+            while k < len(order) and arrivals[order[k]] <= step:
+                ids[order[k]] = self.add_request(prompts[order[k]], sampling_params[order[k]])
+                k += 1
+            self.step()
+            step += 1
+        return [self.output(ids[i]) for i in range(len(prompts))]
+
+    def output(self, request_id: int) -> RequestOutput:
+        seq = self.sequences[request_id]
+        done = seq.finish_time or time.perf_counter()
+        ttft = (seq.first_token_time - seq.arrival) if seq.first_token_time is not None else float("nan")
+        rate = len(seq.output) / (done - seq.arrival) if done > seq.arrival else float("nan")
+        text = self.tokenizer.decode(seq.output) if self.tokenizer is not None else None
+        return RequestOutput(seq.id, seq.prompt, list(seq.output), seq.finish_reason, ttft, rate, seq.preemptions, text)

@@ -1,0 +1,52 @@
+"""One request inside the engine: its tokens, where it is in its life, its cache and its timings.
+
+Life: WAITING -> RUNNING -> FINISHED, with RUNNING -> WAITING on preemption (the cache is dropped and
+the tokens so far, prompt + generated, are recomputed on readmission). Invariant while RUNNING:
+the cache holds the state of ``tokens[:cache.length]``; ``pending = len(tokens) - cache.length >= 1``
+tokens still have to be fed; when a step feeds the last of them, its logits give the next token.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from ..generate import SamplingParams
+
+__all__ = ["Status", "Sequence"]
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    id: int
+    prompt: list[int]
+    params: SamplingParams
+    arrival: float  # perf_counter() when the request was added
+    output: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    cache: object | None = None  # PagedSequenceCache or ModelCache while RUNNING
+    generator: torch.Generator | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    finish_reason: str = ""
+    preemptions: int = 0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def computed(self) -> int:
+        return 0 if self.cache is None else self.cache.length
+
+    @property
+    def pending(self) -> int:
+        return len(self.prompt) + len(self.output) - self.computed

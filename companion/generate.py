@@ -1,0 +1,273 @@
+"""Sampling and autoregressive generation for every decoder model (chapters 10 and 12).
+
+Generation repeats x_{t+1} ~ p(. | x_<=t) = softmax(z_t / tau) after filtering z_t (the last row's
+logits):
+- greedy (tau = 0): x_{t+1} = argmax_v z_t[v];
+- temperature tau > 0: divide the logits by tau (tau < 1 sharpens, tau > 1 flattens);
+- top-k: keep the k largest logits, set the rest to -inf;
+- top-p (nucleus, Holtzman et al. 2020): keep the smallest set of most likely tokens whose
+  probability sums to at least p.
+
+Three interchangeable cache modes, one loop:
+- "none": every step recomputes the whole prefix, O(t) rows per step and O(t^2) attention per step;
+  batched prompts are right-padded (causality makes padding after a token invisible to it).
+- "contiguous": per-sequence ``ModelCache``: prefill the prompt once, then one row per step.
+- "paged": per-sequence block tables over one page pool (``companion.paged``), optionally int8/int4.
+With a cache, sequences of different lengths are batched without padding: their new rows are laid
+end to end in one (1, N) row with per-token absolute positions (``companion.cache.PackedBatchCache``).
+
+What this module provides
+- ``SamplingParams`` (validated), ``filter_logits``, ``sample``.
+- ``context_length(model)``, ``check_prompts``.
+- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
+- ``stream(...)``: an iterator of per-step new tokens; ``generate(...)`` -> ``GenerationResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .cache import PackedBatchCache
+from .paged import PagedKVCache
+
+__all__ = [
+    "SamplingParams", "filter_logits", "sample", "context_length", "check_prompts", "packed_forward",
+    "stream", "generate", "GenerationResult", "CACHE_MODES",
+]
+
+CACHE_MODES = ("none", "contiguous", "paged")
+
+
+@dataclass
+class SamplingParams:
+    """How to pick each new token. temperature 0 = greedy; top_k None = no top-k; top_p 1 = no nucleus.
+    seed: an int seeds one ``torch.Generator`` per sequence (so a sequence samples the same tokens
+    alone or in any batch); a ``torch.Generator`` is used as given (shared by a batch)."""
+
+    max_new_tokens: int = 16
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    stop_tokens: tuple[int, ...] = ()
+    seed: int | torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        self.stop_tokens = tuple(self.stop_tokens)
+        self.validate()
+
+    def validate(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0; got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy); got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1 or None; got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}")
+
+    def generator(self) -> torch.Generator | None:
+        if isinstance(self.seed, torch.Generator):
+            return self.seed
+        return None if self.seed is None else torch.Generator().manual_seed(int(self.seed))
+
+
+def filter_logits(logits: Tensor, temperature: float, top_k: int | None = None, top_p: float = 1.0) -> Tensor:
+    """logits (..., V) -> tempered logits with everything outside top-k / the top-p nucleus at -inf."""
+    z = logits.float() / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_z, order = torch.sort(z, dim=-1, descending=True)
+        probs = torch.softmax(sorted_z, dim=-1)
+        # keep token r while the mass BEFORE it is < p: the smallest prefix reaching p, never empty
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        z = z.masked_fill(drop, float("-inf"))
+    return z
+
+
+def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> int:
+    """One token id from logits (V,)."""
+    if params.temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(filter_logits(logits, params.temperature, params.top_k, params.top_p), dim=-1)
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+def context_length(model: nn.Module) -> int:
+    c = model.config
+    return c.block_size if hasattr(c, "block_size") else c.max_seq_len
+
+
+def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
+    """Prompts as lists of ints: one list, a list of lists, or a (B, T) tensor. Empty, too long or
+    out-of-vocabulary prompts raise ValueError naming ``prompts``."""
+    if isinstance(prompts, Tensor):
+        prompts = prompts.tolist() if prompts.dim() == 2 else [prompts.tolist()]
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts must hold at least one prompt; got none")
+    if all(isinstance(t, int) for t in prompts):
+        prompts = [prompts]
+    ctx, vocab = context_length(model), model.config.vocab_size
+    out = []
+    for i, p in enumerate(prompts):
+        p = [int(t) for t in p]
+        if not p:
+            raise ValueError(f"prompts[{i}] is empty: a prompt needs at least one token")
+        if len(p) > ctx:
+            raise ValueError(f"prompts[{i}] has {len(p)} tokens, longer than the model's context ({ctx})")
+        if min(p) < 0 or max(p) >= vocab:
+            raise ValueError(f"prompts[{i}] has token ids outside [0, vocab_size={vocab})")
+        out.append(p)
+    return out
+
+
+def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence[int]]) -> Tensor:
+    """Feed chunks[b] (new tokens of sequence b, at positions caches[b].length ...) through the model
+    in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
+    positions = torch.cat([torch.arange(c.length, c.length + len(ch)) for c, ch in zip(caches, chunks)]).to(device)
+    logits = model(ids, cache=PackedBatchCache(caches, [len(c) for c in chunks]), positions=positions)[0]  # (N, V)
+    last = torch.tensor([len(c) for c in chunks]).cumsum(0) - 1
+    return logits[last.to(device)]
+
+
+def _padded_forward(model: nn.Module, seqs: Sequence[Sequence[int]]) -> Tensor:
+    """No cache: the whole of every sequence, right-padded; (B, V) logits at each last real token."""
+    device = next(model.parameters()).device
+    L = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), L, dtype=torch.long, device=device)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.tensor(s, device=device)
+    logits = model(ids)  # (B, L, V); row b's padding sits after its tokens, so causality hides it
+    return logits[torch.arange(len(seqs), device=device), torch.tensor([len(s) - 1 for s in seqs], device=device)]
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # generated ids per prompt (a stop token, when hit, is included)
+    finish_reasons: list[str]  # "stop", "length" (max_new_tokens) or "context" (model context full)
+    logits: list[Tensor] | None = None  # per prompt (n_generated, V) raw logits, when asked for
+    kv_bytes: int = 0  # KV storage held at the end of prefill+decode (contiguous/paged)
+    extra: dict = field(default_factory=dict)
+
+
+def stream(
+    model: nn.Module,
+    prompts,
+    params: SamplingParams | None = None,
+    *,
+    cache: str = "contiguous",
+    page_size: int = 16,
+    kv_bits: int | None = None,
+    _result: GenerationResult | None = None,
+) -> Iterator[list[tuple[int, int]]]:
+    """An iterator that yields, at every step, the (prompt index, new token) pairs of that step.
+    Arguments are checked here, before the first step (ValueError naming the argument)."""
+    params = params or SamplingParams()
+    params.validate()
+    if cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {CACHE_MODES}; got {cache!r}")
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1; got {page_size}")
+    prompts = check_prompts(model, prompts)
+    return _steps(model, prompts, params, cache, page_size, kv_bits, _result)
+
+
+def _steps(model, prompts, params, cache, page_size, kv_bits, _result) -> Iterator[list[tuple[int, int]]]:
+    B, ctx = len(prompts), context_length(model)
+    seqs = [list(p) for p in prompts]
+    outs: list[list[int]] = [[] for _ in range(B)]
+    logit_rows: list[list[Tensor]] = [[] for _ in range(B)]
+    reasons = ["length" if params.max_new_tokens == 0 else "" for _ in range(B)]
+    shared = params.seed if isinstance(params.seed, torch.Generator) else None
+    gens = [shared or params.generator() for _ in range(B)]
+    caches: list = []
+    pool = None
+    if cache == "contiguous":
+        caches = [model.new_cache() for _ in range(B)]
+    elif cache == "paged":
+        n_pages = sum(-(-min(len(p) + params.max_new_tokens, ctx) // page_size) for p in prompts)
+        weight = next(model.parameters())
+        pool = PagedKVCache(model, n_pages, page_size, bits=kv_bits, dtype=weight.dtype, device=weight.device, prefix_sharing=False)
+        caches = [pool.new_sequence() for _ in range(B)]
+    pending = [list(p) for p in prompts]  # tokens not yet fed to the model
+    try:
+        with torch.no_grad():
+            while True:
+                active = [i for i in range(B) if not reasons[i]]
+                if not active:
+                    break
+                if cache == "none":
+                    logits = _padded_forward(model, [seqs[i] for i in active])
+                else:
+                    logits = packed_forward(model, [caches[i] for i in active], [pending[i] for i in active])
+                events = []
+                for row, i in enumerate(active):
+                    tok = sample(logits[row], params, gens[i])
+                    outs[i].append(tok)
+                    seqs[i].append(tok)
+                    pending[i] = [tok]
+                    logit_rows[i].append(logits[row].float().cpu())
+                    events.append((i, tok))
+                    if tok in params.stop_tokens:
+                        reasons[i] = "stop"
+                    elif len(outs[i]) >= params.max_new_tokens:
+                        reasons[i] = "length"
+                    elif len(seqs[i]) >= ctx:
+                        reasons[i] = "context"
+                if _result is not None and cache != "none":
+                    _result.kv_bytes = max(_result.kv_bytes, _held_bytes(caches, pool))
+                yield events
+    finally:
+        if pool is not None:
+            for c in caches:
+                c.free()
+        if _result is not None:
+            _result.tokens, _result.finish_reasons = outs, reasons
+            _result.logits = [torch.stack(r) if r else torch.zeros(0, model.config.vocab_size) for r in logit_rows]
+            if pool is not None:
+                _result.extra["free_pages_after"] = pool.n_free
+                _result.extra["n_pages"] = pool.n_pages
+
+
+def _held_bytes(caches, pool) -> int:
+    if pool is not None:
+        return sum(c.nbytes_held() for c in caches)
+    return sum(c.nbytes() for c in caches)
+
+
+def generate(
+    model: nn.Module,
+    prompts,
+    params: SamplingParams | None = None,
+    *,
+    cache: str = "contiguous",
+    page_size: int = 16,
+    kv_bits: int | None = None,
+    stream_tokens: bool = False,
+    **sampling,
+) -> GenerationResult | Iterator[list[tuple[int, int]]]:
+    """Generate continuations of ``prompts`` (one list of ids, a list of them, or a (B, T) tensor).
+
+    Sampling settings come as ``params`` or as keywords (max_new_tokens, temperature, top_k, top_p,
+    stop_tokens, seed). ``cache`` in ``CACHE_MODES``; ``page_size`` and ``kv_bits`` (None, 8, 4) apply
+    to "paged". ``stream_tokens=True`` returns the step iterator of ``stream`` instead.
+    """
+    if params is None:
+        params = SamplingParams(**sampling)
+    elif sampling:
+        raise ValueError(f"pass sampling settings either as params or as keywords, not both; got {sorted(sampling)}")
+    if stream_tokens:
+        return stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits)
+    result = GenerationResult([], [])
+    for _ in stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits, _result=result):
+        pass
+    return result

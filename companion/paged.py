@@ -1,0 +1,417 @@
+"""A paged KV cache with prefix sharing and copy-on-write (chapter 12, PagedAttention).
+
+Memory is a fixed pool of pages of p token slots each. A sequence owns a block table, a list of
+physical page ids; the state of its token j lives in
+
+    page = table[floor(j / p)],  slot = j mod p,
+
+so a sequence grows one page at a time and wastes at most p - 1 slots (in its last page), instead
+of reserving the whole context up front. All layers share the block table: physical page i of layer
+l holds the same tokens as page i of every other layer, so one allocation serves the whole model.
+
+Prefix sharing. Full pages are named by a hash chain over their tokens,
+    h_0 = H(namespace),  h_k = H(h_{k-1}, tokens of page k),
+where the namespace holds everything else that changes K/V: the model's identity and config, the
+position scheme (positions start at 0 here), and the storage format (dtype, bits). Equal h_k means
+equal tokens at equal positions after equal prefixes, hence equal K/V in every layer, so a new
+sequence whose prompt starts with registered pages maps them into its table (reference count + 1)
+and skips computing them. A page is only written by a sequence that holds the sole reference: a
+write into a shared page first copies it (copy-on-write). That happens when a prompt is entirely
+covered by shared pages: its last token is recomputed (its logits are needed) into a private copy.
+
+Freed pages go back to the free list, oldest first, and keep their hash until the allocator hands
+them out again, so a later request (or a preempted one being recomputed) can still reuse them.
+
+Sliding-window layers keep all their pages: pages are shared by every layer of a sequence, and a
+model with any global layer needs them anyway; the window is enforced by the attention mask.
+MLA layers store the latent c_j and the RoPE key k^R_j instead of K and V.
+
+What this module provides
+- ``kv_token_shapes(model)``: per layer, the per-token shapes of the tensors the layer caches.
+- ``BlockManager``: free list, reference counts, hash chain, block tables (bookkeeping only).
+- ``PagePool``: the storage tensors, optionally int8 / int4 quantised (``companion.kvquant``).
+- ``PagedKVCache``: pool + manager; ``new_sequence(tokens)`` -> ``PagedSequenceCache``.
+- ``PagedSequenceCache`` / ``PagedLayerView``: the ``LayerCache`` protocol over a block table
+  (reference path: write through the table, gather the pages back, then ordinary attention).
+- ``PagedBatch``: the same for several sequences packed into one forward (what the engine runs):
+  one scatter and one gather per layer for the whole batch.
+- ``PoolExhausted``: raised before anything is modified when the pool cannot serve a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .kvquant import BITS, dequantize, quantize
+
+__all__ = ["kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch", "PoolExhausted", "model_namespace"]
+
+
+class PoolExhausted(RuntimeError):
+    """The page pool has fewer free pages than an allocation needs. Nothing was changed."""
+
+
+def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
+    """Per layer, the per-token shape of each cached tensor: MHA/GQA [(g, d_h), (g, d_h)] (K, V);
+    MLA [(d_c,), (d_R,)] (latent, RoPE key). Works for ``Decoder`` and ``GPT``."""
+    c = model.config
+    if hasattr(c, "n_layer"):  # GPT
+        d_h = c.n_embd // c.n_head
+        return [[(c.n_head, d_h), (c.n_head, d_h)] for _ in range(c.n_layer)]
+    if c.attention == "mla":
+        return [[(c.kv_rank,), (c.rope_dim,)] for _ in range(c.n_layers)]
+    return [[(c.kv_heads, c.attn_head_dim)] * 2 for _ in range(c.n_layers)]
+
+
+def model_namespace(model: nn.Module, extra: str = "") -> str:
+    """What besides the tokens determines K/V: this model object (its weights), its config, the
+    position scheme (absolute positions from 0) and the storage format."""
+    return f"{type(model).__name__}@{id(model)}|{model.config!r}|positions-from-0|{extra}"
+
+
+class BlockManager:
+    """Bookkeeping of a pool of ``n_pages`` pages of ``page_size`` slots: free list, reference counts,
+    the hash chain of full pages. Holds no tensors; ``on_copy(src, dst)`` copies a page's contents."""
+
+    def __init__(self, n_pages: int, page_size: int, namespace: str = "", on_copy=None):
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1; got {page_size}")
+        if n_pages < 1:
+            raise ValueError(f"n_pages must be >= 1; got {n_pages}")
+        self.n_pages, self.page_size = n_pages, page_size
+        self.ref = [0] * n_pages
+        self.free_list: OrderedDict[int, None] = OrderedDict((i, None) for i in range(n_pages))  # oldest freed first
+        self.hash_of: dict[int, bytes] = {}  # page -> hash of its (full, computed) contents
+        self.page_of: dict[bytes, int] = {}  # hash -> page
+        self.root = hashlib.sha256(namespace.encode()).digest()
+        self.on_copy = on_copy
+
+    @property
+    def n_free(self) -> int:
+        return len(self.free_list)
+
+    def pages_for(self, n_tokens: int) -> int:
+        return math.ceil(n_tokens / self.page_size)
+
+    # hash chain -------------------------------------------------------------------------------------
+    def chain(self, tokens: Sequence[int]) -> list[bytes]:
+        """h_k for every FULL page of ``tokens``."""
+        p, out, h = self.page_size, [], self.root
+        for k in range(len(tokens) // p):
+            h = hashlib.sha256(h + b"|" + ",".join(map(str, tokens[k * p : (k + 1) * p])).encode()).digest()
+            out.append(h)
+        return out
+
+    # allocation -------------------------------------------------------------------------------------
+    def _take(self) -> int:
+        page, _ = self.free_list.popitem(last=False)
+        old = self.hash_of.pop(page, None)  # its old contents are about to be overwritten
+        if old is not None:
+            del self.page_of[old]
+        self.ref[page] = 1
+        return page
+
+    def _release(self, page: int) -> None:
+        if self.ref[page] < 1:
+            raise RuntimeError(f"page {page} released more often than it was referenced")
+        self.ref[page] -= 1
+        if self.ref[page] == 0:
+            self.free_list[page] = None  # contents (and hash) stay until the page is handed out again
+
+    def share_prefix(self, tokens: Sequence[int]) -> list[int]:
+        """Pages registered for the longest run of full leading pages of ``tokens``; each gets a reference."""
+        pages = []
+        for h in self.chain(tokens):
+            page = self.page_of.get(h)
+            if page is None:
+                break
+            if self.ref[page] == 0:
+                del self.free_list[page]  # revived from the free list with its contents intact
+            self.ref[page] += 1
+            pages.append(page)
+        return pages
+
+    def pages_needed(self, table: list[int], start: int, end: int) -> int:
+        """Free pages a write of token slots [start, end) needs: new pages plus copies of shared ones."""
+        new = max(0, self.pages_for(end) - len(table))
+        first, last = start // self.page_size, min(len(table), self.pages_for(end)) - 1
+        return new + sum(1 for k in range(first, last + 1) if self.ref[table[k]] > 1)
+
+    def prepare_write(self, table: list[int], start: int, end: int) -> None:
+        """Make slots [start, end) writable: allocate pages, copy-on-write shared ones. Raises
+        ``PoolExhausted`` before changing anything if the pool is short."""
+        if end <= start:
+            return
+        need = self.pages_needed(table, start, end)
+        if need > self.n_free:
+            raise PoolExhausted(f"page pool exhausted: this write needs {need} free page(s), {self.n_free} of {self.n_pages} are free")
+        for k in range(start // self.page_size, min(len(table), self.pages_for(end))):
+            page = table[k]
+            if self.ref[page] > 1:  # copy-on-write: the other holders keep the original untouched
+                fresh = self._take()
+                if self.on_copy is not None:
+                    self.on_copy(page, fresh)
+                self._release(page)
+                table[k] = fresh
+            elif page in self.hash_of:  # sole holder overwrites a registered page: it no longer matches its hash
+                del self.page_of[self.hash_of.pop(page)]
+        while len(table) < self.pages_for(end):
+            table.append(self._take())
+
+    def register(self, table: list[int], tokens: Sequence[int], n_computed: int) -> None:
+        """Name the full, computed pages of a sequence by their hash so later sequences can share them."""
+        for k, h in enumerate(self.chain(tokens[:n_computed])):
+            page = table[k]
+            if page in self.hash_of or h in self.page_of:
+                continue  # already named (perhaps another page holds the same contents: keep that one)
+            self.hash_of[page], self.page_of[h] = h, page
+
+    def free(self, table: list[int]) -> None:
+        for page in reversed(table):  # the tail is least likely to be shared: hand it out first
+            self._release(page)
+        table.clear()
+
+
+class PagePool:
+    """Storage: for layer l and cached tensor i, ``data[l][i]`` of shape (n_pages, p, *token_shape)
+    (or quantised: int8 (n_pages, p, ..., d), int4 (n_pages, p, ..., d/2) uint8, with float32 scales
+    (n_pages, p, ...) in ``scales[l][i]``: one per token and head)."""
+
+    def __init__(
+        self, token_shapes: list[list[tuple[int, ...]]], n_pages: int, page_size: int, *,
+        dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", bits: int | None = None,
+    ):
+        if bits is not None and bits not in BITS:
+            raise ValueError(f"bits must be None or one of {BITS}; got {bits}")
+        self.bits, self.dtype, self.page_size = bits, dtype, page_size
+        self.data: list[list[Tensor]] = []
+        self.scales: list[list[Tensor]] = []
+        for shapes in token_shapes:
+            layer_data, layer_scales = [], []
+            for shape in shapes:
+                if bits is None:
+                    layer_data.append(torch.zeros(n_pages, page_size, *shape, dtype=dtype, device=device))
+                else:
+                    if bits == 4 and shape[-1] % 2:
+                        raise ValueError(f"int4 storage needs an even last dimension; got token shape {shape}")
+                    last = shape[-1] if bits == 8 else shape[-1] // 2
+                    qdtype = torch.int8 if bits == 8 else torch.uint8
+                    layer_data.append(torch.zeros(n_pages, page_size, *shape[:-1], last, dtype=qdtype, device=device))
+                    layer_scales.append(torch.ones(n_pages, page_size, *shape[:-1], dtype=torch.float32, device=device))
+            self.data.append(layer_data)
+            self.scales.append(layer_scales)
+
+    def write(self, layer: int, i: int, pages: Tensor, slots: Tensor, rows: Tensor) -> None:
+        """rows (T, *token_shape) into (pages[t], slots[t])."""
+        if self.bits is None:
+            self.data[layer][i][pages, slots] = rows.to(self.dtype)
+        else:
+            q, s = quantize(rows, self.bits)
+            self.data[layer][i][pages, slots] = q
+            self.scales[layer][i][pages, slots] = s
+
+    def read(self, layer: int, i: int, pages: Tensor, n_tokens: int, dtype: torch.dtype) -> Tensor:
+        """Gather ``pages`` in order and return their first ``n_tokens`` slots, (n_tokens, *token_shape)."""
+        data = self.data[layer][i][pages].flatten(0, 1)[:n_tokens]
+        if self.bits is None:
+            return data.to(dtype)
+        return dequantize(data, self.scales[layer][i][pages].flatten(0, 1)[:n_tokens], self.bits, dtype)
+
+    def read_slots(self, layer: int, i: int, flat_slots: Tensor, dtype: torch.dtype) -> Tensor:
+        """Rows at flat slot indices page * p + slot, (S, *token_shape): one gather for a whole batch."""
+        data = self.data[layer][i].flatten(0, 1)[flat_slots]
+        if self.bits is None:
+            return data.to(dtype)
+        return dequantize(data, self.scales[layer][i].flatten(0, 1)[flat_slots], self.bits, dtype)
+
+    def copy_page(self, src: int, dst: int) -> None:
+        for tensors in (*self.data, *self.scales):
+            for t in tensors:
+                t[dst] = t[src]
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes allocated: data and scale metadata separately."""
+        data = sum(t.numel() * t.element_size() for layer in self.data for t in layer)
+        scales = sum(t.numel() * t.element_size() for layer in self.scales for t in layer)
+        return {"data": data, "scales": scales, "total": data + scales}
+
+
+class PagedKVCache:
+    """A page pool for one model plus its block manager.
+
+    Args:
+        model: a ``Decoder`` or ``GPT`` (its config gives the per-token shapes).
+        n_pages, page_size: pool size in pages and p, the token slots per page.
+        bits: None (store in ``dtype``), 8 or 4 (quantised, ``companion.kvquant``).
+        prefix_sharing: look up and register full pages by their hash chain.
+    """
+
+    def __init__(
+        self, model: nn.Module, n_pages: int, page_size: int = 16, *, bits: int | None = None,
+        dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", prefix_sharing: bool = True,
+    ):
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1; got {page_size}")
+        if n_pages < 1:
+            raise ValueError(f"n_pages must be >= 1; got {n_pages}")
+        self.model, self.page_size, self.dtype, self.prefix_sharing = model, page_size, dtype, prefix_sharing
+        self.n_layers = len(kv_token_shapes(model))
+        self.pool = PagePool(kv_token_shapes(model), n_pages, page_size, dtype=dtype, device=device, bits=bits)
+        self.manager = BlockManager(n_pages, page_size, model_namespace(model, f"{dtype}|bits={bits}"), on_copy=self.pool.copy_page)
+
+    @property
+    def n_free(self) -> int:
+        return self.manager.n_free
+
+    @property
+    def n_pages(self) -> int:
+        return self.manager.n_pages
+
+    def pack(self, seqs: Sequence["PagedSequenceCache"], new_lengths: Sequence[int]) -> "PagedBatch":
+        """A packed forward over several of this pool's sequences (see ``PagedBatch``)."""
+        return PagedBatch(self, seqs, new_lengths)
+
+    def new_sequence(self, tokens: Sequence[int] | None = None) -> "PagedSequenceCache":
+        """An empty sequence cache; with ``tokens`` (and prefix sharing on) its leading full pages are
+        mapped from the pool when registered, and ``length`` starts after them (at most len(tokens) - 1,
+        so the last token is always computed: its logits are what the caller wants)."""
+        seq = PagedSequenceCache(self)
+        if tokens is not None and self.prefix_sharing and len(tokens) > 0:
+            seq.table = self.manager.share_prefix(tokens)
+            seq.length = min(len(seq.table) * self.page_size, len(tokens) - 1)
+        return seq
+
+
+class PagedSequenceCache:
+    """One sequence in a ``PagedKVCache``: its block table and ``length`` (tokens whose state is stored).
+    ``layer(i)`` is the ``LayerCache`` view of layer i."""
+
+    def __init__(self, owner: PagedKVCache):
+        self.owner = owner
+        self.table: list[int] = []
+        self.length = 0
+        self._views = [PagedLayerView(self, i) for i in range(owner.n_layers)]
+
+    def layer(self, i: int) -> "PagedLayerView":
+        return self._views[i]
+
+    def __len__(self) -> int:
+        return self.owner.n_layers
+
+    def pages_needed(self, n_new: int) -> int:
+        return self.owner.manager.pages_needed(self.table, self.length, self.length + n_new)
+
+    def reserve(self, n_new: int) -> None:
+        """Make room for the next ``n_new`` tokens (pages + copy-on-write); ``PoolExhausted`` if short."""
+        self.owner.manager.prepare_write(self.table, self.length, self.length + n_new)
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Register this sequence's full computed pages (``tokens`` = all its tokens so far) for sharing."""
+        if self.owner.prefix_sharing:
+            self.owner.manager.register(self.table, tokens, self.length)
+
+    def free(self) -> None:
+        self.owner.manager.free(self.table)
+        self.length = 0
+
+    def nbytes_held(self) -> int:
+        """Bytes of pool storage this sequence's pages occupy (whole pages, the unit of allocation)."""
+        return len(self.table) * self.owner.pool.nbytes()["total"] // self.owner.n_pages
+
+
+class PagedLayerView:
+    """``LayerCache`` over a block table: write new rows to (table[j // p], j % p), read back every
+    stored row by gathering the sequence's pages in table order (the PyTorch reference path)."""
+
+    def __init__(self, seq: PagedSequenceCache, layer: int):
+        self.seq, self.layer_index = seq, layer
+
+    @property
+    def length(self) -> int:
+        # One length for all layers: the sequence advances it after its last layer has written.
+        return self.seq.length
+
+    def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        seq, p = self.seq, self.seq.owner.page_size
+        start, T = seq.length, positions.shape[0]
+        if rows[0].shape[0] != 1:
+            raise ValueError(f"a paged sequence view stores one sequence: rows need batch size 1; got {rows[0].shape[0]}")
+        if T and int(positions[0]) != start:
+            raise ValueError(f"new rows must start at position length={start}; got {int(positions[0])}")
+        end = start + T
+        seq.owner.manager.prepare_write(seq.table, start, end)  # no-op after the first layer of a forward
+        pool, device = seq.owner.pool, positions.device
+        table = torch.tensor(seq.table, dtype=torch.long)
+        pos = positions.detach().cpu().long()
+        for i, r in enumerate(rows):
+            pool.write(self.layer_index, i, table[pos // p], pos % p, r[0].movedim(-2, 0))
+        out = tuple(
+            pool.read(self.layer_index, i, table[: math.ceil(end / p)], end, r.dtype).movedim(0, -2).unsqueeze(0).to(r.device)
+            for i, r in enumerate(rows)
+        )
+        if self.layer_index == len(seq) - 1:  # the last layer has written: the sequence now holds `end` tokens
+            seq.length = end
+        return torch.arange(end, device=device), out
+
+
+class PagedBatch:
+    """Several sequences of one pool in one packed forward, with the bookkeeping done once for all
+    layers: pages are reserved (and copied on write) up front, then every layer writes all N new rows
+    with one scatter and reads all S = sum_b (length_b + n_b) rows with one gather through the flat
+    slot index page * p + slot. Same result as packing per-sequence ``PagedLayerView``s; fewer steps."""
+
+    def __init__(self, owner: PagedKVCache, seqs: Sequence[PagedSequenceCache], new_lengths: Sequence[int]):
+        p = owner.page_size
+        for seq, n in zip(seqs, new_lengths):  # all allocation happens here, before any layer writes
+            owner.manager.prepare_write(seq.table, seq.length, seq.length + n)
+        self.owner, self.seqs, self.new_lengths = owner, list(seqs), list(new_lengths)
+        write_pages, write_slots, read, key_pos, q_seg, k_seg = [], [], [], [], [], []
+        for b, (seq, n) in enumerate(zip(seqs, new_lengths)):
+            table = torch.tensor(seq.table, dtype=torch.long)
+            new = torch.arange(seq.length, seq.length + n)
+            write_pages.append(table[new // p])
+            write_slots.append(new % p)
+            every = torch.arange(seq.length + n)
+            read.append(table[every // p] * p + every % p)
+            key_pos.append(every)
+            q_seg.append(torch.full((n,), b))
+            k_seg.append(torch.full((seq.length + n,), b))
+        self.write_pages, self.write_slots = torch.cat(write_pages), torch.cat(write_slots)
+        self.read_slots, self.key_positions = torch.cat(read), torch.cat(key_pos)
+        self.same_sequence = torch.cat(q_seg)[:, None] == torch.cat(k_seg)[None, :]  # (N, S)
+        self.layers_done = 0
+
+    def layer(self, i: int) -> "PagedBatchLayerView":
+        return PagedBatchLayerView(self, i)
+
+
+class PagedBatchLayerView:
+    """Layer i of a ``PagedBatch``: the ``LayerCache`` protocol for packed rows (1, ..., N, d)."""
+
+    def __init__(self, batch: PagedBatch, layer: int):
+        self.batch, self.layer_index = batch, layer
+        self.length = 0  # positions are passed explicitly for packed batches
+        self.same_sequence: Tensor | None = None
+
+    def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        batch, pool = self.batch, self.batch.owner.pool
+        if positions.shape[0] != batch.write_pages.shape[0]:
+            raise ValueError(f"this packed batch feeds {batch.write_pages.shape[0]} rows; got {positions.shape[0]}")
+        for i, r in enumerate(rows):
+            pool.write(self.layer_index, i, batch.write_pages, batch.write_slots, r[0].movedim(-2, 0))
+        out = tuple(
+            pool.read_slots(self.layer_index, i, batch.read_slots, r.dtype).movedim(0, -2).unsqueeze(0).to(r.device)
+            for i, r in enumerate(rows)
+        )
+        self.same_sequence = batch.same_sequence.to(positions.device)
+        batch.layers_done += 1
+        if batch.layers_done == batch.owner.n_layers:  # every layer has written: the sequences advance
+            for seq, n in zip(batch.seqs, batch.new_lengths):
+                seq.length += n
+        return batch.key_positions.to(positions.device), out

@@ -1,0 +1,839 @@
+"""One training loop for every model in the book: decoder LMs, GPT and the 2017 encoder-decoder.
+
+What this module provides
+- ``TrainConfig``: the budget (``steps``, optional ``max_seconds`` wall-clock guard), optimizer and
+  schedule, gradient accumulation and clipping, evaluation and checkpoint cadence, precision, compile.
+- Data sources (the batch/step protocol below): ``LMData`` (random windows of a token stream),
+  ``SequenceData`` (padded decoder-only sequences with loss masks, e.g. ``synthetic.to_lm``),
+  ``PairData`` (length-bucketed ``PairBatch`` epochs for ``Seq2SeqTransformer``).
+- Losses ``loss_fn(model, batch) -> (summed loss (), counted tokens ())``: ``lm_loss`` for (x, y)
+  batches, ``seq2seq_loss`` for ``PairBatch``; ``default_loss`` picks by batch type.
+- ``Trainer(model, data, config, loss_fn=None, tokenizer=None)``: ``fit()``, ``train_step()``,
+  ``forward_backward(batches)``, ``evaluate()``, ``save_checkpoint()``, ``resume(path)``.
+- ``History``: the metrics of a run (one dict per logged step); ``history.plot()`` draws the curves.
+- Throughput: ``training_flops_per_token(model, context)`` (from ``companion.accounting``),
+  ``PEAK_BF16_TFLOPS`` and ``peak_flops(device)`` for model FLOPs utilisation (MFU) on CUDA.
+- DDP: ``setup_distributed()`` (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; gloo on CPU, nccl on GPU).
+
+The batch/step protocol. A data source has ``next_batch()`` (one micro-batch for training),
+``eval_batches(max_batches)`` (a deterministic validation pass, possibly empty), ``shard(rank, world)``
+(each DDP process draws different batches) and ``state_dict()`` / ``load_state_dict()`` (so a resumed
+run draws the batches the uninterrupted run would have drawn). A loss function returns the *sum* of the
+per-token losses and the number of tokens that count; one optimizer step divides the summed loss of all
+``grad_accum`` micro-batches on all processes by their total token count, so accumulation and DDP give
+exactly the gradient of one big batch even when the batches hold different numbers of real tokens
+(padded pairs). Any object with this shape works, and so does any ``loss_fn`` with this signature.
+
+Precision: ``"auto"`` is bf16 autocast on CUDA and float32 on the CPU (``"bf16"`` forces autocast on the
+CPU too). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
+trainer also allows TF32 matmuls. ``compile=True`` wraps the model in ``torch.compile``.
+Progress: a ``tqdm.auto`` bar with loss, tokens/s and learning rate; off when ``progress=False``, when
+``$COMPANION_PROGRESS=0``, or under pytest (which covers nbval runs of the notebooks), and on every DDP
+rank but 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import checkpoint as ckpt
+from .data.batching import IGNORE_INDEX, PairBatch, lm_batch, lm_eval_batches, pair_batches
+from .optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
+
+__all__ = [
+    "TrainConfig", "Trainer", "History", "LMData", "SequenceData", "PairData", "lm_loss", "seq2seq_loss",
+    "default_loss", "training_flops_per_token", "PEAK_BF16_TFLOPS", "peak_flops", "setup_distributed",
+    "SCHEDULES", "OPTIMIZERS", "PRECISIONS",
+]
+
+SCHEDULES = ("constant", "cosine", "noam")
+OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s. Matched against
+# torch.cuda.get_device_name() in this order (the first substring that occurs wins).
+PEAK_BF16_TFLOPS: dict[str, float] = {
+    "GB200": 2500.0,
+    "B200": 2250.0,
+    "H100 PCIe": 756.0,
+    "H200": 989.0,
+    "H100": 989.0,
+    "GH200": 989.0,
+    "H800": 989.0,
+    "A100": 312.0,
+    "A800": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10G": 70.0,  # AWS's A10G; the A10 itself is listed as 125
+    "A10": 125.0,
+    "RTX 4090": 165.0,
+    "RTX 3090": 71.0,
+}
+
+
+def peak_flops(device: torch.device | str) -> float | None:
+    """Peak dense bf16 FLOP/s of a CUDA device from ``PEAK_BF16_TFLOPS`` (None on CPU or if unknown)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def training_flops_per_token(model: nn.Module, context: int) -> int | None:
+    """Training FLOPs per token (forward + backward ~ 3 x forward), ``companion.accounting.flops_per_token``.
+
+    Decoder: its config directly. GPT: the same formula on the equivalent Decoder config (LayerNorm,
+    GELU MLP with biases, learned positions, tied embeddings), minus the position table, which is a
+    lookup, not a matmul. Seq2SeqTransformer: None (the accounting module has no encoder-decoder formula).
+    """
+    from .accounting import flops_per_token
+    from .models import GPT, Decoder, DecoderConfig
+
+    model = ckpt.unwrap(model)
+    if isinstance(model, Decoder):
+        c = model.config
+        flops = flops_per_token(c, context, training=True)
+        if c.position == "learned":
+            flops -= 3 * 2 * c.max_seq_len * c.d_model
+        return flops
+    if isinstance(model, GPT):
+        g = model.config
+        c = DecoderConfig(
+            vocab_size=g.vocab_size, d_model=g.n_embd, n_layers=g.n_layer, n_heads=g.n_head, max_seq_len=g.block_size,
+            norm="layer", position="learned", ffn="gelu", d_ff=4 * g.n_embd, ffn_bias=True, attn_bias=True,
+            tie_embeddings=True,
+        )
+        return flops_per_token(c, context, training=True) - 3 * 2 * g.block_size * g.n_embd
+    return None
+
+
+# --- configuration ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """Everything about a run that is not the model or the data (defaults: a short CPU run)."""
+
+    steps: int = 200  # optimizer steps: the budget
+    max_seconds: float | None = None  # wall-clock guard: stop after the step that crosses it
+    grad_accum: int = 1  # micro-batches per optimizer step
+    lr: float = 3e-4
+    optimizer: str = "adamw"  # companion.optim: adamw | adam | adam_l2; or torch_adamw (torch's fused kernel)
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    decay_embeddings: bool = True
+    schedule: str = "cosine"  # constant | cosine (to lr_floor x lr at `steps`) | noam (lr is a multiplier)
+    warmup: int = 0
+    lr_floor: float = 0.1
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.0
+    eval_every: int = 0  # 0: evaluate only at the end
+    eval_batches: int | None = 20  # cap on validation batches per evaluation (None: all)
+    log_every: int = 10
+    checkpoint_every: int = 0  # 0: only at the end (when out_dir is set)
+    keep_checkpoints: int = 2
+    out_dir: str | None = None
+    precision: str = "auto"  # auto | fp32 | bf16
+    compile: bool = False
+    device: str | None = None  # None: cuda (this process's LOCAL_RANK) if available, else cpu
+    seed: int = 0
+    progress: bool | None = None  # None: on, except under pytest / $COMPANION_PROGRESS=0
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(msg)
+
+        for name in ("steps", "grad_accum", "log_every", "keep_checkpoints"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an int >= 1; got {getattr(self, name)!r}")
+        for name in ("eval_every", "checkpoint_every", "warmup", "seed"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, f"{name} must be an int >= 0; got {getattr(self, name)!r}")
+        need(self.max_seconds is None or self.max_seconds > 0, f"max_seconds must be > 0 or None; got {self.max_seconds}")
+        need(self.lr > 0, f"lr must be > 0; got {self.lr}")
+        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
+        need(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+        need(self.schedule != "noam" or self.warmup >= 1, "warmup must be >= 1 with schedule='noam'")
+        need(self.schedule != "cosine" or self.warmup < self.steps, f"warmup must be < steps={self.steps} with schedule='cosine'; got {self.warmup}")
+        need(0 <= self.lr_floor <= 1, f"lr_floor must be in [0, 1]; got {self.lr_floor}")
+        need(self.grad_clip is None or self.grad_clip > 0, f"grad_clip must be > 0 or None; got {self.grad_clip}")
+        need(0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
+        need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- data sources ----------------------------------------------------------------------------------
+
+
+def _generator(seed: int, rank: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + rank)
+
+
+class LMData:
+    """Language-model batches (x (B, T), y (B, T)) from token streams (``companion.data.batching``).
+
+    Args:
+        train: (N,) token ids; validation: (M,) token ids or None.
+        batch_size: B windows per micro-batch; context: T tokens per window.
+    Training windows are random (a seeded generator whose state is checkpointed); validation takes
+    every non-overlapping window in order.
+    """
+
+    def __init__(self, train: Tensor, validation: Tensor | None, batch_size: int, context: int, seed: int = 0):
+        train = torch.as_tensor(train, dtype=torch.long)
+        if train.dim() != 1:
+            raise ValueError(f"train must be a 1-D tensor of token ids (N,); got shape {tuple(train.shape)}")
+        if train.numel() == 0:
+            raise ValueError("train must be a non-empty 1-D tensor of token ids; got 0 tokens: the corpus is empty")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        if context < 1:
+            raise ValueError(f"context must be >= 1; got {context}")
+        if context > train.numel() - 1:
+            raise ValueError(f"context must be <= len(train) - 1 = {train.numel() - 1} (a window needs context + 1 tokens); got {context}")
+        if validation is not None:
+            validation = torch.as_tensor(validation, dtype=torch.long)
+            if validation.numel() < context + 1:
+                raise ValueError(f"context must be <= len(validation) - 1 = {validation.numel() - 1}; got {context} "
+                                 "(pass validation=None to train without evaluation)")
+        self.train, self.validation, self.batch_size, self.context, self.seed = train, validation, batch_size, context, seed
+        self.rank, self.world = 0, 1
+        self.generator = _generator(seed, 0)
+
+    def shard(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.generator = _generator(self.seed, rank)
+
+    def next_batch(self) -> tuple[Tensor, Tensor]:
+        return lm_batch(self.train, self.batch_size, self.context, self.generator)
+
+    def eval_batches(self, max_batches: int | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+        if self.validation is None:
+            return iter(())
+        batches = lm_eval_batches(self.validation, self.batch_size, self.context)
+        return (b for i, b in enumerate(batches) if max_batches is None or i < max_batches)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class SequenceData:
+    """Decoder-only batches from whole sequences with loss masks (e.g. ``companion.data.synthetic.to_lm``).
+
+    Each micro-batch draws ``batch_size`` sequences at random, right-pads them with ``pad_id`` and
+    shifts them (``companion.losses.lm_shift``): x (B, L-1), y (B, L-1) with y = IGNORE_INDEX wherever the
+    next token is padding or its mask is False (the prompt). Validation is every sequence once, in order.
+    """
+
+    def __init__(self, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]] | None, batch_size: int,
+                 validation: tuple[Sequence[Sequence[int]], Sequence[Sequence[bool]] | None] | None = None,
+                 pad_id: int = 0, seed: int = 0):
+        if len(sequences) == 0:
+            raise ValueError("sequences must not be empty (the corpus is empty)")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        self._check(sequences, masks, "sequences")
+        if validation is not None:
+            self._check(validation[0], validation[1], "validation")
+        self.sequences, self.masks, self.batch_size, self.pad_id, self.seed = sequences, masks, batch_size, pad_id, seed
+        self.validation = validation
+        self.rank, self.world = 0, 1
+        self.generator = _generator(seed, 0)
+
+    @staticmethod
+    def _check(sequences, masks, name: str) -> None:
+        if any(len(s) < 2 for s in sequences):
+            raise ValueError(f"every sequence in {name} needs >= 2 tokens (an input and a target)")
+        if masks is not None and [len(m) for m in masks] != [len(s) for s in sequences]:
+            raise ValueError(f"masks of {name} must match their sequences in number and length")
+
+    def _collate(self, idx: Sequence[int], sequences, masks) -> tuple[Tensor, Tensor]:
+        width = max(len(sequences[i]) for i in idx)
+        tokens = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+        counted = torch.zeros((len(idx), width), dtype=torch.bool)
+        for row, i in enumerate(idx):
+            n = len(sequences[i])
+            tokens[row, :n] = torch.tensor(list(sequences[i]), dtype=torch.long)
+            counted[row, :n] = torch.tensor(list(masks[i]), dtype=torch.bool) if masks is not None else True
+        x, y = tokens[:, :-1], tokens[:, 1:].clone()
+        y[~counted[:, 1:]] = IGNORE_INDEX
+        return x, y
+
+    def shard(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.generator = _generator(self.seed, rank)
+
+    def next_batch(self) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(0, len(self.sequences), (self.batch_size,), generator=self.generator).tolist()
+        return self._collate(idx, self.sequences, self.masks)
+
+    def eval_batches(self, max_batches: int | None = None) -> Iterator[tuple[Tensor, Tensor]]:
+        if self.validation is None:
+            return
+        seqs, masks = self.validation
+        for k, start in enumerate(range(0, len(seqs), self.batch_size)):
+            if max_batches is not None and k >= max_batches:
+                return
+            yield self._collate(range(start, min(start + self.batch_size, len(seqs))), seqs, masks)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class PairData:
+    """Sequence-pair batches (``PairBatch``) for ``Seq2SeqTransformer``, epoch after epoch.
+
+    Each epoch is ``pair_batches(train, batch_size, ..., seed, epoch)`` (length-bucketed, shuffled);
+    under DDP process r takes batches r, r + world, ... (the epoch is cut to a multiple of world).
+    The state is (epoch, index), so resuming continues mid-epoch with the same batches.
+    """
+
+    def __init__(self, train: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 validation: Sequence[tuple[Sequence[int], Sequence[int]]] | None, batch_size: int,
+                 *, pad_id: int, bos_id: int, eos_id: int, seed: int = 0):
+        if len(train) == 0:
+            raise ValueError("train must contain at least one pair (the corpus is empty)")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        self.train, self.validation, self.batch_size = train, validation, batch_size
+        self.ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+        self.seed, self.rank, self.world = seed, 0, 1
+        self.epoch, self.index = 0, 0
+        self._batches: list[PairBatch] | None = None
+        self._validation_batches: list[PairBatch] | None = None
+
+    def shard(self, rank: int, world: int) -> None:
+        self.rank, self.world, self._batches = rank, world, None
+
+    def _epoch_batches(self) -> list[PairBatch]:
+        if self._batches is None:
+            batches = pair_batches(self.train, self.batch_size, seed=self.seed, epoch=self.epoch, **self.ids)
+            usable = len(batches) - len(batches) % self.world
+            if usable == 0:
+                raise ValueError(f"train has {len(batches)} batch(es) per epoch, fewer than the {self.world} processes")
+            self._batches = batches[self.rank:usable:self.world]
+        return self._batches
+
+    def next_batch(self) -> PairBatch:
+        if self.index >= len(self._epoch_batches()):
+            self.epoch, self.index, self._batches = self.epoch + 1, 0, None
+        batch = self._epoch_batches()[self.index]
+        self.index += 1
+        return batch
+
+    def eval_batches(self, max_batches: int | None = None) -> Iterator[PairBatch]:
+        if not self.validation:
+            return iter(())
+        if self._validation_batches is None:
+            self._validation_batches = pair_batches(self.validation, self.batch_size, shuffle=False, **self.ids)
+        return iter(self._validation_batches[:max_batches])
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.index, self._batches = int(state["epoch"]), int(state["index"]), None
+
+
+# --- losses ----------------------------------------------------------------------------------------
+
+
+def lm_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """(x (B, T), y (B, T)) -> (summed next-token cross-entropy over counted targets, count).
+
+    Targets equal to IGNORE_INDEX do not count (padding, prompts). Same value as
+    ``companion.losses.cross_entropy(..., reduction="sum")``, via torch's fused kernel. An MoE model's
+    load-balancing loss (``aux_loss()``, a per-token mean) is added with weight = the token count.
+    """
+    x, y = batch[0], batch[1]
+    logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum",
+                           label_smoothing=label_smoothing)
+    count = (y != IGNORE_INDEX).sum()
+    aux = getattr(ckpt.unwrap(model), "aux_loss", None)
+    if callable(aux):
+        extra = aux()
+        if extra.requires_grad:
+            loss = loss + extra * count
+    return loss, count
+
+
+def seq2seq_loss(model: nn.Module, batch: PairBatch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """PairBatch -> (summed cross-entropy of labels given src and tgt_in, number of real label tokens).
+
+    Calls ``model(src, tgt_in)`` (the module's forward, which DDP needs): the source mask is rebuilt from
+    the model's ``pad_id``, which must be the pad id the batches were padded with.
+    """
+    logits = model(batch.src, batch.tgt_in)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum", label_smoothing=label_smoothing)
+    return loss, (batch.labels != IGNORE_INDEX).sum()
+
+
+def default_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """``seq2seq_loss`` for a PairBatch, ``lm_loss`` for an (x, y) pair."""
+    if isinstance(batch, PairBatch):
+        return seq2seq_loss(model, batch, label_smoothing)
+    return lm_loss(model, batch, label_smoothing)
+
+
+def _to(batch, device: torch.device):
+    if isinstance(batch, PairBatch):
+        return batch.to(device)
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(b, device) for b in batch)
+    return batch
+
+
+def batch_tokens(batch) -> tuple[int, int]:
+    """(tokens read, positions predicted) of one batch, from shapes only (no device sync):
+    LM: (B T, B T); PairBatch: (B S + B T, B T)."""
+    if isinstance(batch, PairBatch):
+        return batch.src.numel() + batch.tgt_in.numel(), batch.tgt_in.numel()
+    return batch[0].numel(), batch[0].numel()
+
+
+def _context(batch) -> int:
+    return batch.tgt_in.shape[1] if isinstance(batch, PairBatch) else batch[0].shape[1]
+
+
+# --- metrics history -------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """The metrics of a run: ``records`` is a list of dicts, one per logged step (and per evaluation).
+
+    Keys: ``step``, ``loss`` (training, mean per token over the step), ``lr``, ``tokens_per_s``,
+    ``mfu`` (CUDA only), ``elapsed_s``; evaluation records have ``val_loss``. ``stop_reason`` is
+    ``"steps"`` or ``"max_seconds"`` after ``fit``.
+    """
+
+    records: list[dict] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def log(self, **values) -> None:
+        self.records.append(values)
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of every record that has ``key``."""
+        rows = [r for r in self.records if r.get(key) is not None]
+        return [r["step"] for r in rows], [r[key] for r in rows]
+
+    def last(self, key: str):
+        """The most recent value of ``key`` (None if never logged)."""
+        values = self.series(key)[1]
+        return values[-1] if values else None
+
+    def plot(self, ax=None, title: str | None = None):
+        """Training loss (line) and validation loss (dots) against the step; returns the matplotlib Axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots()
+        steps, loss = self.series("loss")
+        if steps:
+            ax.plot(steps, loss, label="train", lw=1.2)
+        steps, val = self.series("val_loss")
+        if steps:
+            ax.plot(steps, val, "o-", label="validation", ms=4)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (nats / token)")
+        ax.legend()
+        if title:
+            ax.set_title(title)
+        return ax
+
+    def to_dict(self) -> dict:
+        return {"records": self.records, "stop_reason": self.stop_reason}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> History:
+        return cls(records=[dict(r) for r in data["records"]], stop_reason=data.get("stop_reason"))
+
+    def __repr__(self) -> str:
+        return (f"History({len(self.records)} records, last loss={self.last('loss')}, "
+                f"last val_loss={self.last('val_loss')}, stop_reason={self.stop_reason})")
+
+
+# --- distributed -----------------------------------------------------------------------------------
+
+
+def setup_distributed() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank). Joins the process group torchrun describes (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR/PORT) if it is not joined yet: nccl when CUDA is present, else gloo.
+    Without torchrun and without an initialised group: (0, 1, 0)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend=backend)
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _progress_default() -> bool:
+    if os.environ.get("COMPANION_PROGRESS", "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return "PYTEST_CURRENT_TEST" not in os.environ
+
+
+# --- the trainer -----------------------------------------------------------------------------------
+
+
+class Trainer:
+    """Train ``model`` on ``data`` as ``config`` says (see the module docstring for the protocol).
+
+    Args:
+        model: a Decoder, GPT, Seq2SeqTransformer, or any module ``loss_fn`` knows how to call.
+        data: a data source (``LMData``, ``SequenceData``, ``PairData`` or the same protocol); may be
+            None for ``forward_backward`` on explicit batches.
+        loss_fn: ``loss_fn(model, batch) -> (summed loss, counted tokens)``; default ``default_loss``
+            with ``config.label_smoothing``.
+        tokenizer: saved into checkpoints (anything with ``save(path)`` and a ``kind``).
+    """
+
+    def __init__(self, model: nn.Module, data=None, config: TrainConfig | None = None, *,
+                 loss_fn: Callable | None = None, tokenizer=None):
+        self.config = config = config if config is not None else TrainConfig()
+        config.validate()
+        self.rank, self.world, local_rank = setup_distributed()
+        if config.device is not None:
+            self.device = torch.device(config.device)
+        elif torch.cuda.is_available():
+            self.device = torch.device("cuda", local_rank)
+        else:
+            self.device = torch.device("cpu")
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.autocast_dtype = (
+            torch.bfloat16 if config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda") else None
+        )
+        self.model = model.to(self.device)
+        self.data = data
+        if data is not None:
+            data.shard(self.rank, self.world)
+        if loss_fn is None:
+            smoothing = config.label_smoothing
+            loss_fn = lambda m, b: default_loss(m, b, smoothing)  # noqa: E731
+        self.loss_fn = loss_fn
+        self.tokenizer = tokenizer
+        self.optimizer = self._build_optimizer()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule())
+        self.step = 0
+        self.history = History()
+        self.tokens_seen = 0
+        self._train_model: nn.Module = self.model
+        self._ddp = None
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self._train_model = self._ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if config.compile:
+            self._train_model = torch.compile(self._train_model)
+        self._flops_per_token: dict[int, int | None] = {}
+        self._peak = peak_flops(self.device)
+
+    # set-up ----------------------------------------------------------------------------------------
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "torch_adamw":
+            groups = param_groups(self.model, c.weight_decay, decay_embeddings=c.decay_embeddings)
+            fused = self.device.type == "cuda"
+            return torch.optim.AdamW(groups, lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, fused=fused)
+        return build_optimizer(self.model, c.optimizer, lr=c.lr, weight_decay=c.weight_decay, betas=c.betas,
+                               decay_embeddings=c.decay_embeddings)
+
+    def _schedule(self) -> Callable[[int], float]:
+        c = self.config
+        if c.schedule == "cosine":
+            return WarmupCosine(c.warmup, c.steps, c.lr_floor)
+        if c.schedule == "noam":
+            model_config = ckpt.unwrap(self.model).config
+            return Noam(getattr(model_config, "d_model", None) or model_config.n_embd, c.warmup)
+        return ConstantWithWarmup(c.warmup)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return torch.autocast(self.device.type, enabled=False)
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    # one step --------------------------------------------------------------------------------------
+    def forward_backward(self, batches: Sequence) -> tuple[Tensor, Tensor]:
+        """Accumulate the gradient of the mean loss over every counted token of ``batches`` (all processes).
+
+        Leaves the gradients in ``.grad`` (set, not added: they are zeroed first). Returns the local
+        (summed loss, token count), detached. Under DDP the token count is all-reduced first and each
+        process scales its summed loss by world / total, so DDP's gradient averaging yields exactly the
+        gradient of the whole global batch's mean loss.
+        """
+        if len(batches) == 0:
+            raise ValueError("batches must hold at least one micro-batch")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = [_to(b, self.device) for b in batches]
+        counts = []
+        losses = []
+        # The counts are needed before the first backward (they normalise it); they come from the batch
+        # labels, so compute them up front without a forward pass.
+        for b in batches:
+            labels = b.labels if isinstance(b, PairBatch) else b[1]
+            counts.append((labels != IGNORE_INDEX).sum())
+        total = torch.stack(counts).sum().to(torch.float32)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            total = total.clone()
+            dist.all_reduce(total)
+        scale = self.world / total.clamp(min=1)
+        for i, b in enumerate(batches):
+            sync = i == len(batches) - 1
+            context = self._ddp.no_sync() if (self._ddp is not None and not sync) else contextlib.nullcontext()
+            with context:
+                with self._autocast():
+                    loss_sum, _ = self.loss_fn(self._train_model, b)
+                (loss_sum * scale).backward()
+            losses.append(loss_sum.detach())
+        return torch.stack(losses).sum(), torch.stack(counts).sum()
+
+    def train_step(self) -> float:
+        """One optimizer step on ``grad_accum`` micro-batches from ``data``; returns its mean loss per token."""
+        return self._loss_value(*self._step())
+
+    def _loss_value(self, loss_sum: Tensor, count: Tensor) -> float:
+        both = torch.stack([loss_sum.float(), count.float()])
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(both)
+        return float(both[0] / both[1].clamp(min=1))
+
+    def _step(self) -> tuple[Tensor, Tensor]:
+        """One optimizer step; returns the local (summed loss, count) as tensors (no device sync)."""
+        if self.data is None:
+            raise ValueError("data must be given to the Trainer to take training steps")
+        batches = [self.data.next_batch() for _ in range(self.config.grad_accum)]
+        self._last_context = _context(batches[0])
+        self._last_tokens = sum(batch_tokens(b)[0] for b in batches) * self.world
+        self._last_positions = sum(batch_tokens(b)[1] for b in batches) * self.world
+        loss_sum, count = self.forward_backward(batches)
+        if self.config.grad_clip is not None:
+            clip_grad_norm([p for p in self.model.parameters() if p.grad is not None], self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        update_bias = getattr(ckpt.unwrap(self.model), "update_expert_bias", None)
+        if callable(update_bias):
+            update_bias()
+        self.step += 1
+        self.tokens_seen += self._last_tokens
+        return loss_sum, count
+
+    @torch.no_grad()
+    def evaluate(self, max_batches: int | None = None) -> float | None:
+        """Mean validation loss per counted token (None when the data has no validation part)."""
+        if self.data is None:
+            raise ValueError("data must be given to the Trainer to evaluate")
+        max_batches = self.config.eval_batches if max_batches is None else max_batches
+        self.model.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for i, batch in enumerate(self.data.eval_batches(max_batches)):
+            if i % self.world != self.rank:
+                continue
+            with self._autocast():
+                loss_sum, count = self.loss_fn(self.model, _to(batch, self.device))
+            total += torch.stack([loss_sum.double(), count.double()])
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)
+        self.model.train()
+        if total[1] == 0:
+            return None
+        return float(total[0] / total[1])
+
+    # the loop --------------------------------------------------------------------------------------
+    def fit(self, steps: int | None = None) -> History:
+        """Train until ``steps`` (default ``config.steps``) optimizer steps in all, or ``max_seconds`` pass.
+
+        Logs every ``log_every`` steps, evaluates every ``eval_every`` steps and at the end, checkpoints
+        every ``checkpoint_every`` steps and at the end when ``out_dir`` is set. Returns the history.
+        """
+        c = self.config
+        target = c.steps if steps is None else steps
+        if target < self.step:
+            raise ValueError(f"steps must be >= the steps already taken ({self.step}); got {target}")
+        show = (c.progress if c.progress is not None else _progress_default()) and self.rank == 0
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=target, initial=self.step, disable=not show, desc="train", dynamic_ncols=True)
+        start = window_start = time.perf_counter()
+        window_tokens = 0
+        self.history.stop_reason = "steps"
+        try:
+            while self.step < target:
+                log = (self.step + 1) % c.log_every == 0 or self.step + 1 == target
+                lr = self.lr
+                loss_sum, count = self._step()
+                window_tokens += self._last_tokens
+                bar.update(1)
+                out_of_time = c.max_seconds is not None and time.perf_counter() - start >= c.max_seconds
+                if log or out_of_time:
+                    loss = self._loss_value(loss_sum, count)
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    now = time.perf_counter()
+                    rate = window_tokens / max(now - window_start, 1e-9)
+                    record = {"step": self.step, "loss": loss, "lr": lr, "tokens_per_s": rate,
+                              "elapsed_s": now - start, "tokens": self.tokens_seen}
+                    mfu = self._mfu(rate)
+                    if mfu is not None:
+                        record["mfu"] = mfu
+                    self.history.log(**record)
+                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}",
+                                    **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
+                    window_start, window_tokens = time.perf_counter(), 0
+                done = self.step >= target or out_of_time
+                if c.eval_every and self.step % c.eval_every == 0 and not done:
+                    self._log_eval()
+                if c.checkpoint_every and c.out_dir and self.step % c.checkpoint_every == 0 and not done:
+                    self.save_checkpoint()
+                if out_of_time:
+                    self.history.stop_reason = "max_seconds"
+                    break
+        finally:
+            bar.close()
+        self._log_eval()
+        if c.out_dir:
+            self.save_checkpoint()
+        return self.history
+
+    def _log_eval(self) -> None:
+        val = self.evaluate()
+        if val is not None:
+            self.history.log(step=self.step, val_loss=val)
+
+    def _mfu(self, tokens_per_s: float) -> float | None:
+        if self._peak is None:
+            return None
+        context = getattr(self, "_last_context", None)
+        if context not in self._flops_per_token:
+            self._flops_per_token[context] = training_flops_per_token(self.model, context)
+        flops = self._flops_per_token[context]
+        return None if flops is None else flops * tokens_per_s / (self._peak * self.world)
+
+    # checkpoints -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything but the weights that an exact resume needs (this process's view)."""
+        rng = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": np.random.get_state(legacy=False),
+        }
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng,
+            "data": self.data.state_dict() if self.data is not None else None,
+            "history": self.history.to_dict(),
+            "train_config": self.config.to_dict(),
+            "world": self.world,
+        }
+
+    def save_checkpoint(self, out_dir: str | Path | None = None) -> Path | None:
+        """Write a checkpoint of the current step under ``out_dir`` (default ``config.out_dir``).
+
+        Under DDP every process contributes its data and RNG state; process 0 writes. Returns the
+        step directory (None on other processes).
+        """
+        out_dir = out_dir if out_dir is not None else self.config.out_dir
+        if out_dir is None:
+            raise ValueError("out_dir must be given (or set in TrainConfig) to save a checkpoint")
+        state = self.state_dict()
+        if self.world > 1:
+            import torch.distributed as dist
+
+            per_rank = [None] * self.world
+            dist.all_gather_object(per_rank, {"data": state["data"], "rng": state["rng"]})
+            state["per_rank"] = per_rank
+        path = None
+        if self.rank == 0:
+            path = ckpt.save_checkpoint(out_dir, self.step, self.model, tokenizer=self.tokenizer, state=state,
+                                        keep=self.config.keep_checkpoints)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+        return path
+
+    def resume(self, path: str | Path) -> Trainer:
+        """Load weights, optimizer, scheduler, RNG and data states and the history from a checkpoint.
+
+        ``path`` is a run directory (its ``latest`` step) or a step directory. A checkpoint of a different
+        model config raises ValueError naming the fields; a corrupted file raises ValueError naming it.
+        """
+        state = ckpt.load_state(path)
+        if state is None:
+            raise ValueError(f"checkpoint {path} holds weights only, no training state to resume from")
+        ckpt.load_weights(self.model, path)
+        if state.get("world", 1) != self.world:
+            raise ValueError(f"checkpoint was written by {state.get('world', 1)} processes; resuming with "
+                             f"{self.world} would draw different batches (world size must match)")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        mine = state["per_rank"][self.rank] if "per_rank" in state else {"data": state["data"], "rng": state["rng"]}
+        rng = mine["rng"]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        if self.data is not None and mine["data"] is not None:
+            self.data.load_state_dict(mine["data"])
+        self.step = int(state["step"])
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+        self.history = History.from_dict(state["history"])
+        return self

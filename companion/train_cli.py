@@ -1,0 +1,302 @@
+"""The ``train`` and ``sample`` commands of ``python -m companion`` (registered by ``companion.__main__``).
+
+What this module provides
+- ``add_subcommands(subparsers)``: adds ``train`` and ``sample`` to an argparse subparser set.
+- ``DATASETS``: the names ``--data`` accepts (or a path to a UTF-8 ``.txt`` file).
+- ``PROFILES``: the defaults of ``--profile quick`` (CPU, minutes) and ``--profile gpu``.
+- ``build_run(args) -> (model, data, tokenizer, TrainConfig)``: what ``train`` runs, for notebooks too.
+- ``sample_lm(model, ids, max_new_tokens, temperature, top_k, seed) -> list[int]``: plain sampling.
+
+    python -m companion train --preset gpt2-tiny --data shakespeare --profile quick --out runs/shakespeare
+    python -m companion sample --checkpoint runs/shakespeare --prompt "ROMEO:"
+    torchrun --nproc_per_node 2 -m companion train ...      # DDP: gloo on CPU, nccl on GPUs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+__all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", "cmd_train", "cmd_sample"]
+
+SYNTHETIC = ("copy", "reverse", "sort")
+BIBLE = ("bible-en-fr", "bible-en-es", "bible-en-de")
+DATASETS = ("shakespeare", *SYNTHETIC, *BIBLE)
+SEQ2SEQ_PREFIX = "seq2seq-"
+
+PROFILES: dict[str, dict] = {
+    # quick: what a laptop CPU finishes in a few minutes; the step budget rules, the clock is a guard.
+    "quick": dict(device="cpu", steps=300, batch_size=32, context=64, lr=3e-3, eval_every=100, max_seconds=600.0,
+                  compile=False, max_words=12),
+    # gpu: one CUDA device (bf16 autocast, SDPA, torch.compile).
+    "gpu": dict(device=None, steps=5000, batch_size=64, context=256, lr=1e-3, eval_every=500, max_seconds=3600.0,
+                compile=True, max_words=48),
+}
+
+
+def _presets() -> list[str]:
+    from .models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
+
+    return [*PRESETS, *GPT_PRESETS, *(SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS)]
+
+
+def _overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set takes FIELD=VALUE; got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _text_data(args, text_train: str, text_val: str, context: int):
+    from .tokenizers import CharTokenizer
+    from .train import LMData
+
+    if not text_train:
+        raise ValueError("the corpus is empty: --data gave no training text")
+    tokenizer = CharTokenizer.train([text_train, text_val])
+    train = torch.tensor(tokenizer.encode(text_train))
+    val = torch.tensor(tokenizer.encode(text_val)) if len(text_val) > context + 1 else None
+    return LMData(train, val, args.batch_size, context, seed=args.seed), tokenizer
+
+
+def build_run(args):
+    """(model, data source, tokenizer or None, TrainConfig) from parsed ``train`` arguments."""
+    from .data import load, make_pairs, split_text, to_lm
+    from .data.synthetic import BOS, EOS, PAD
+    from .models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, gpt_from_preset, preset_config, seq2seq_from_preset
+    from .models.decoder import Decoder
+    from .train import PairData, SequenceData, TrainConfig
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
+    profile = PROFILES["quick" if args.profile in ("quick", "cpu") else "gpu"]
+    for key, value in profile.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1; got {args.batch_size}")
+    if args.context < 1:
+        raise ValueError(f"--context must be >= 1; got {args.context}")
+    if args.preset not in _presets():
+        raise ValueError(f"--preset must be one of {_presets()}; got {args.preset!r}")
+    seq2seq = args.preset.startswith(SEQ2SEQ_PREFIX)
+    overrides = _overrides(args.set)
+    torch.manual_seed(args.seed)
+
+    data_path = Path(args.data)
+    tokenizer = None
+    if args.data == "shakespeare" or (args.data not in DATASETS and data_path.suffix == ".txt"):
+        if seq2seq:
+            raise ValueError(f"--data {args.data} is a text corpus for decoder models; --preset {args.preset} is an encoder-decoder "
+                             f"(use one of {list(BIBLE)} or {list(SYNTHETIC)})")
+        if args.data == "shakespeare":
+            ds = load("shakespeare")
+            text_train, text_val = split_text(ds["train"]), split_text(ds["validation"])
+        else:
+            if not data_path.is_file():
+                raise ValueError(f"--data {args.data}: no such file")
+            text = data_path.read_text(encoding="utf-8")
+            cut = int(len(text) * 0.9)
+            text_train, text_val = text[:cut], text[cut:]
+        data, tokenizer = _text_data(args, text_train, text_val, args.context)
+        vocab, length = tokenizer.vocab_size, args.context
+    elif args.data in SYNTHETIC:
+        vocab = 16
+        pairs = make_pairs(args.data, 4000, vocab_size=vocab, min_len=1, max_len=8, seed=args.seed)
+        val_pairs = make_pairs(args.data, 200, vocab_size=vocab, min_len=1, max_len=8, seed=args.seed + 1)
+        if seq2seq:
+            data = PairData(pairs, val_pairs, args.batch_size, pad_id=PAD, bos_id=BOS, eos_id=EOS, seed=args.seed)
+        else:
+            seqs, masks = to_lm(pairs)
+            data = SequenceData(seqs, masks, args.batch_size, validation=to_lm(val_pairs), pad_id=PAD, seed=args.seed)
+        length = 2 * 8 + 2
+    elif args.data in BIBLE:
+        if not seq2seq:
+            raise ValueError(f"--data {args.data} is a sentence-pair corpus: --preset must be one of "
+                             f"{[SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS]}")
+        from .tokenizers import CharTokenizer
+
+        lang = args.data.split("-")[-1]
+        ds = load(args.data, max_words=args.max_words)
+        rows = {split: [(r["en"], r[lang]) for r in ds[split]["translation"]] for split in ds}
+        tokenizer = CharTokenizer.train([s for src, tgt in rows["train"] + rows.get("validation", []) for s in (src, tgt)],
+                                        special_tokens=["<pad>", "<bos>", "<eos>"])
+        ids = tokenizer.special_tokens
+        encode = lambda part: [(tokenizer.encode(s), tokenizer.encode(t)) for s, t in part]  # noqa: E731
+        pairs, val_pairs = encode(rows["train"]), encode(rows.get("validation", []))
+        data = PairData(pairs, val_pairs or None, args.batch_size, pad_id=ids["<pad>"], bos_id=ids["<bos>"],
+                        eos_id=ids["<eos>"], seed=args.seed)
+        vocab = tokenizer.vocab_size
+        length = max(max(len(s), len(t) + 1) for s, t in pairs + val_pairs)
+    else:
+        raise ValueError(f"--data must be one of {list(DATASETS)} or a path to a .txt file; got {args.data!r}")
+
+    if seq2seq:
+        name = args.preset[len(SEQ2SEQ_PREFIX):]
+        max_len = max(length, SEQ2SEQ_PRESETS[name].get("max_len", 512))
+        model = seq2seq_from_preset(name, **{"src_vocab_size": vocab, "tgt_vocab_size": vocab, "max_len": max_len, "pad_id": 0, **overrides})
+    elif args.preset in GPT_PRESETS:
+        model = gpt_from_preset(args.preset, **{"vocab_size": vocab, "block_size": length, **overrides})
+    else:
+        config = preset_config(args.preset, **{"vocab_size": vocab, "max_seq_len": max(length, PRESETS[args.preset].get("max_seq_len", 256)), **overrides})
+        model = Decoder(config)
+    config = TrainConfig(
+        steps=args.steps, max_seconds=args.max_seconds or None, grad_accum=args.grad_accum, lr=args.lr,
+        optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule, warmup=args.warmup,
+        grad_clip=args.grad_clip or None, label_smoothing=args.label_smoothing, eval_every=args.eval_every,
+        log_every=args.log_every, checkpoint_every=args.checkpoint_every, out_dir=args.out, precision=args.precision,
+        compile=args.compile, device=args.device, seed=args.seed, progress=False if args.no_progress else None,
+    )
+    return model, data, tokenizer, config
+
+
+def cmd_train(args) -> int:
+    from .train import Trainer
+
+    model, data, tokenizer, config = build_run(args)
+    trainer = Trainer(model, data, config, tokenizer=tokenizer)
+    if args.resume:
+        trainer.resume(args.resume)
+    history = trainer.fit()
+    if trainer.rank == 0:
+        summary = {
+            "steps": trainer.step, "stop_reason": history.stop_reason, "loss": history.last("loss"),
+            "val_loss": history.last("val_loss"), "tokens_per_s": history.last("tokens_per_s"),
+            "mfu": history.last("mfu"), "checkpoint": str(Path(config.out_dir).resolve()) if config.out_dir else None,
+        }
+        print(json.dumps(summary, indent=1))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # joined by the Trainer under torchrun
+        dist.destroy_process_group()
+    return 0
+
+
+@torch.no_grad()
+def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+              seed: int = 0) -> list[int]:
+    """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context."""
+    if not ids:
+        raise ValueError("the prompt must contain at least one token")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0; got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None; got {top_k}")
+    config = model.config
+    context = getattr(config, "max_seq_len", None) or config.block_size
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    out = list(ids)
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()
+        if temperature == 0:
+            out.append(int(logits.argmax()))
+            continue
+        logits = logits / temperature
+        if top_k is not None and top_k < logits.numel():
+            cutoff = logits.topk(top_k).values[-1]
+            logits = logits.masked_fill(logits < cutoff, float("-inf"))
+        out.append(int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)))
+    return out
+
+
+def cmd_sample(args) -> int:
+    from .checkpoint import load_model, load_tokenizer
+
+    model = load_model(args.checkpoint, device=args.device or "cpu")
+    tokenizer = load_tokenizer(args.checkpoint)
+    if tokenizer is not None:
+        prompt = tokenizer.encode(args.prompt)
+    else:
+        try:
+            prompt = [int(t) for t in args.prompt.split()]
+        except ValueError:
+            raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
+    if hasattr(model, "encode"):  # encoder-decoder: translate the prompt
+        from .translate import beam_search_one, greedy_decode
+
+        specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
+        src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
+        max_len = min(model.config.max_len, args.max_new_tokens)
+        if args.beam_size == 1:
+            hyp = greedy_decode(model, src, specials["<bos>"], specials["<eos>"], max_len)[0]
+        else:
+            hyp = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], args.beam_size, args.alpha, max_len)[0]
+        out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
+    else:
+        ids = sample_lm(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed)
+        out = tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
+    sys.stdout.write(out + "\n")
+    return 0
+
+
+def add_subcommands(sub) -> None:
+    """Register ``train`` and ``sample`` on an ``argparse`` subparsers object."""
+    t = sub.add_parser(
+        "train", help="train a model of the book on a corpus, with checkpoints",
+        description="Train a model on a corpus. Defaults come from --profile; every option below overrides them. "
+                    "Under torchrun the same command trains with DDP.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())}")
+    t.add_argument("--data", required=True, help=f"corpus: one of {', '.join(DATASETS)}, or a path to a UTF-8 .txt file "
+                   "(character-level; the last 10%% is the validation split)")
+    t.add_argument("--profile", default="quick", choices=("quick", "cpu", "gpu"),
+                   help="defaults for a short CPU run (quick, alias cpu) or a long run on one CUDA GPU (gpu)")
+    t.add_argument("--out", default=None, help="run directory for checkpoints (step-*/ and a 'latest' pointer); none if omitted")
+    t.add_argument("--steps", type=int, default=None, help="optimizer steps (the budget; profile: quick 300, gpu 5000)")
+    t.add_argument("--max-seconds", type=float, default=None, help="wall-clock guard: stop after the step that crosses it (0: none)")
+    t.add_argument("--batch-size", type=int, default=None, help="sequences per micro-batch per process")
+    t.add_argument("--context", type=int, default=None, help="tokens per training window (text corpora)")
+    t.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    t.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "adam_l2", "torch_adamw"),
+                   help="companion.optim's AdamW / Adam / Adam+L2, or torch's (fused on CUDA) AdamW")
+    t.add_argument("--weight-decay", type=float, default=0.1, help="decoupled weight decay (norms and biases exempt)")
+    t.add_argument("--schedule", default="cosine", choices=("cosine", "constant", "noam"), help="learning-rate schedule")
+    t.add_argument("--warmup", type=int, default=0, help="linear warmup steps")
+    t.add_argument("--grad-clip", type=float, default=1.0, help="clip the global gradient norm to this (0: no clipping)")
+    t.add_argument("--label-smoothing", type=float, default=0.0, help="label smoothing epsilon (0.1 in the 2017 paper)")
+    t.add_argument("--eval-every", type=int, default=None, help="evaluate on the validation split every N steps (and at the end)")
+    t.add_argument("--log-every", type=int, default=10, help="record loss, tokens/s and lr every N steps")
+    t.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (0: only at the end)")
+    t.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"), help="auto: bf16 autocast on CUDA, fp32 on CPU")
+    t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="wrap the model in torch.compile (profile: gpu on)")
+    t.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (profile: quick cpu, gpu the best present)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
+    t.add_argument("--max-words", type=int, default=None, help="Bible corpora: longest verse kept, in words (quick 12, gpu 48)")
+    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a model config field, e.g. --set n_layers=4 --set d_model=128 (repeatable; JSON values)")
+    t.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 is often fastest for small models on a shared machine)")
+    t.add_argument("--resume", default=None, help="checkpoint (run or step directory) to continue from, exactly")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser(
+        "sample", help="sample text from (or translate with) a trained checkpoint",
+        description="Load a checkpoint written by 'train' (weights, config and tokenizer) and continue a prompt; "
+                    "an encoder-decoder checkpoint translates the prompt instead.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    s.add_argument("--checkpoint", required=True, help="run directory (its 'latest' step) or a step-* directory")
+    s.add_argument("--prompt", required=True, help="text to continue or translate (token ids separated by spaces when the checkpoint has no tokenizer)")
+    s.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (translation: the longest output)")
+    s.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0 takes the argmax")
+    s.add_argument("--top-k", type=int, default=None, help="sample among the k most probable tokens only")
+    s.add_argument("--beam-size", type=int, default=4, help="encoder-decoder only: beam width (1: greedy)")
+    s.add_argument("--alpha", type=float, default=0.6, help="encoder-decoder only: length-penalty exponent")
+    s.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    s.add_argument("--device", default=None, help="device to run on (default cpu)")
+    s.set_defaults(func=cmd_sample)

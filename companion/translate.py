@@ -1,0 +1,210 @@
+"""Decoding a ``Seq2SeqTransformer``: greedy and beam search, and corpus BLEU / chrF (translation chapters).
+
+What this module provides
+- ``greedy_decode(model, src, bos_id, eos_id, max_len) -> list[Hypothesis]``: at every step the most
+  probable next token, for a batch of sources (B, S) at once, with the decoder's KV cache.
+- ``beam_search(model, src, bos_id, eos_id, beam_size, length_penalty, max_len) -> list[Hypothesis]``:
+  the best hypothesis per source; ``beam_search_one`` returns every finished hypothesis of one source.
+- ``Hypothesis``: ``tokens`` (without BOS, without EOS), ``log_prob`` (sum of log p of the tokens and
+  of EOS if it ended), ``score`` (log_prob / length penalty), ``finished`` (EOS reached).
+- ``sequence_log_prob(model, src, tokens, bos_id, eos_id)``: teacher-forced log p(tokens + EOS | src),
+  to check what a search reports.
+- ``translate(model, sentences, src_tokenizer, tgt_tokenizer, ...)``: strings in, strings out.
+- ``corpus_bleu(hypotheses, references)`` and ``corpus_chrf(...)``: sacrebleu's corpus scores (0-100).
+
+Beam search (the shrinking beam). Keep the k best partial hypotheses by summed log-probability. At
+each step extend every live hypothesis by every token and keep the best ``width`` extensions overall,
+``width`` = k minus the number already finished: an extension ending in EOS is finished (and the beam
+narrows by one), the others stay live. Stop when no hypothesis is live or after ``max_len`` tokens
+(live ones then join the list, unfinished). Return the hypothesis with the best
+    score = log p(y | x) / lp(y),   lp(y) = ((5 + |y|) / 6) ** alpha        (Wu et al. 2016, GNMT)
+where |y| counts the tokens including EOS; alpha = 0 ranks by raw log-probability, larger alpha
+favours longer outputs (raw log-probability always prefers short ones). With k = 1 the one extension
+kept each step is the argmax and the search ends at the first EOS: beam_size=1 is greedy decoding exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Hypothesis", "greedy_decode", "beam_search", "beam_search_one", "sequence_log_prob", "length_penalty",
+           "translate", "corpus_bleu", "corpus_chrf"]
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]
+    log_prob: float
+    score: float
+    finished: bool
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """lp = ((5 + length) / 6) ** alpha (GNMT); 1 when alpha = 0."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _check(model: nn.Module, src: Tensor, max_len: int) -> None:
+    if src.dim() != 2 or src.shape[0] < 1 or src.shape[1] < 1:
+        raise ValueError(f"src must have shape (B, S) with B, S >= 1; got {tuple(src.shape)}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1; got {max_len}")
+    if max_len > model.config.max_len:
+        raise ValueError(f"max_len must be <= the model's max_len={model.config.max_len}; got {max_len}")
+
+
+def _reorder(cache, index: Tensor) -> None:
+    """Select batch rows ``index`` of every layer's cached keys and values (beams that survive)."""
+    for layer in cache.layers:
+        if layer.rows is not None:
+            layer.rows = tuple(r.index_select(0, index) for r in layer.rows)
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int = 64) -> list[Hypothesis]:
+    """src (B, S) -> B hypotheses, each the argmax token at every step until EOS or ``max_len`` tokens."""
+    _check(model, src, max_len)
+    model.eval()
+    B = src.shape[0]
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    token = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(B, dtype=torch.float64, device=src.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    out: list[list[int]] = [[] for _ in range(B)]
+    for _ in range(max_len):
+        logp = torch.log_softmax(model.decode(token, memory, src_mask, cache=cache)[:, -1].double(), dim=-1)  # (B, V)
+        best = logp.argmax(dim=-1)
+        log_prob += torch.where(done, torch.zeros_like(log_prob), logp.gather(1, best[:, None]).squeeze(1))
+        for b in range(B):
+            if not done[b] and int(best[b]) != eos_id:
+                out[b].append(int(best[b]))
+        done |= best == eos_id
+        if bool(done.all()):
+            break
+        token = best[:, None]
+    return [Hypothesis(out[b], float(log_prob[b]), float(log_prob[b]), bool(done[b])) for b in range(B)]
+
+
+@torch.no_grad()
+def beam_search_one(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
+                    alpha: float = 0.6, max_len: int = 64) -> list[Hypothesis]:
+    """Beam search for one source src (1, S); every finished hypothesis, best score first."""
+    _check(model, src, max_len)
+    if src.shape[0] != 1:
+        raise ValueError(f"src must hold one sentence, shape (1, S); got {tuple(src.shape)}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1; got {beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha (the length penalty exponent) must be >= 0; got {alpha}")
+    model.eval()
+    src_mask = model.source_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    beams: list[list[int]] = [[]]
+    scores = torch.zeros(1, dtype=torch.float64, device=src.device)  # summed log-prob of each live beam
+    token = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)
+    finished: list[Hypothesis] = []
+    for step in range(max_len):
+        n = len(beams)
+        logp = torch.log_softmax(
+            model.decode(token, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), cache=cache)[:, -1].double(), dim=-1
+        )  # (n, V)
+        V = logp.shape[-1]
+        total = (scores[:, None] + logp).flatten()  # (n V,): every one-token extension of every live beam
+        width = beam_size - len(finished)  # the beam narrows by one for each finished hypothesis
+        top_scores, top_index = total.topk(min(width, total.numel()))
+        keep_rows, keep_tokens, keep_scores, new_beams = [], [], [], []
+        for s, i in zip(top_scores.tolist(), top_index.tolist()):
+            row, tok = divmod(i, V)
+            if tok == eos_id:
+                length = len(beams[row]) + 1
+                finished.append(Hypothesis(list(beams[row]), s, s / length_penalty(length, alpha), True))
+            else:
+                keep_rows.append(row)
+                keep_tokens.append(tok)
+                keep_scores.append(s)
+                new_beams.append(beams[row] + [tok])
+        if not new_beams:
+            break
+        if step == max_len - 1:  # out of room: the live beams join the list unfinished
+            finished.extend(Hypothesis(b, s, s / length_penalty(len(b), alpha), False) for b, s in zip(new_beams, keep_scores))
+            break
+        index = torch.tensor(keep_rows, device=src.device)
+        _reorder(cache, index)
+        beams, scores = new_beams, torch.tensor(keep_scores, dtype=torch.float64, device=src.device)
+        token = torch.tensor(keep_tokens, device=src.device)[:, None]
+    finished.sort(key=lambda h: h.score, reverse=True)
+    return finished
+
+
+def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
+                max_len: int = 64, pad_id: int | None = None) -> list[Hypothesis]:
+    """src (B, S) -> the best-scoring hypothesis of each row (padding, if any, stripped per row first)."""
+    pad_id = model.config.pad_id if pad_id is None else pad_id
+    _check(model, src, max_len)
+    out = []
+    for row in src:
+        ids = row[row != pad_id] if bool((row != pad_id).any()) else row
+        out.append(beam_search_one(model, ids[None], bos_id, eos_id, beam_size, alpha, max_len)[0])
+    return out
+
+
+@torch.no_grad()
+def sequence_log_prob(model: nn.Module, src: Tensor, tokens: Sequence[int], bos_id: int, eos_id: int | None) -> float:
+    """log p(tokens [+ EOS] | src) by teacher forcing; src (1, S). ``eos_id=None``: no EOS term."""
+    model.eval()
+    target = list(tokens) + ([eos_id] if eos_id is not None else [])
+    tgt_in = torch.tensor([[bos_id, *target[:-1]]], device=src.device) if target else None
+    if tgt_in is None:
+        return 0.0
+    logp = torch.log_softmax(model(src, tgt_in)[0].double(), dim=-1)
+    return float(logp.gather(1, torch.tensor(target, device=src.device)[:, None]).sum())
+
+
+def translate(model: nn.Module, sentences: Sequence[str], src_tokenizer, tgt_tokenizer, *, beam_size: int = 4,
+              alpha: float = 0.6, max_len: int | None = None, bos: str = "<bos>", eos: str = "<eos>") -> list[str]:
+    """Encode each sentence, decode (greedy when beam_size == 1, else beam search), return target strings."""
+    bos_id, eos_id = tgt_tokenizer.special_tokens[bos], tgt_tokenizer.special_tokens[eos]
+    max_len = model.config.max_len if max_len is None else max_len
+    device = next(model.parameters()).device
+    out = []
+    for sentence in sentences:
+        ids = src_tokenizer.encode(sentence)
+        if not ids:
+            raise ValueError("sentences must not contain empty strings (nothing to translate)")
+        src = torch.tensor([ids[: model.config.max_len]], device=device)
+        if beam_size == 1:
+            hyp = greedy_decode(model, src, bos_id, eos_id, max_len)[0]
+        else:
+            hyp = beam_search_one(model, src, bos_id, eos_id, beam_size, alpha, max_len)[0]
+        out.append(tgt_tokenizer.decode(hyp.tokens))
+    return out
+
+
+def _check_corpus(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"hypotheses and references must have the same length; got {len(hypotheses)} and {len(references)}")
+    if not hypotheses:
+        raise ValueError("hypotheses must not be empty")
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus BLEU (sacrebleu defaults: 13a tokenisation, exponential brevity penalty), 0-100, one reference each."""
+    import sacrebleu
+
+    _check_corpus(hypotheses, references)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+
+
+def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus chrF (character 6-grams, beta = 2; sacrebleu), 0-100, one reference each."""
+    import sacrebleu
+
+    _check_corpus(hypotheses, references)
+    return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)
