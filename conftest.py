@@ -19,6 +19,12 @@ BOOK_BUDGET_S = 20 * 60.0
 ROOT = Path(__file__).parent
 
 os.environ.setdefault("COMPANION_PROFILE", "quick")
+# Under pytest-xdist several workers (and the notebook kernels they start) share the cores; with torch's
+# default of one thread per core they oversubscribe them, and small models then run many times slower.
+# One thread per worker keeps the run fast and the timings meaningful (tools/execute_notebooks.py, which
+# writes the committed outputs, uses one thread too, so both compute the same numbers).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _durations: dict[str, float] = defaultdict(float)
 

@@ -64,10 +64,25 @@ def _reorder(cache, index: Tensor) -> None:
             layer.rows = tuple(r.index_select(0, index) for r in layer.rows)
 
 
+def _next_log_probs(logits: Tensor, banned: Sequence[int]) -> Tensor:
+    """log_softmax over the vocabulary with ``banned`` ids removed (probability renormalised over the rest).
+
+    Banning the unknown-word token is the usual use: a small word-level model otherwise learns that
+    "<unk>" is a safe guess for any rare word, and emits it where a real word would score.
+    """
+    logits = logits.double()
+    if banned:
+        logits[:, list(banned)] = float("-inf")
+    return torch.log_softmax(logits, dim=-1)
+
+
 @torch.no_grad()
-def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int = 64) -> list[Hypothesis]:
+def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int = 64,
+                  banned: Sequence[int] = ()) -> list[Hypothesis]:
     """src (B, S) -> B hypotheses, each the argmax token at every step until EOS or ``max_len`` tokens."""
     _check(model, src, max_len)
+    if eos_id in banned:
+        raise ValueError("banned must not contain eos_id: decoding could never stop")
     model.eval()
     B = src.shape[0]
     src_mask = model.source_mask(src)
@@ -78,7 +93,7 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_l
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     out: list[list[int]] = [[] for _ in range(B)]
     for _ in range(max_len):
-        logp = torch.log_softmax(model.decode(token, memory, src_mask, cache=cache)[:, -1].double(), dim=-1)  # (B, V)
+        logp = _next_log_probs(model.decode(token, memory, src_mask, cache=cache)[:, -1], banned)  # (B, V)
         best = logp.argmax(dim=-1)
         log_prob += torch.where(done, torch.zeros_like(log_prob), logp.gather(1, best[:, None]).squeeze(1))
         for b in range(B):
@@ -93,9 +108,11 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_l
 
 @torch.no_grad()
 def beam_search_one(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
-                    alpha: float = 0.6, max_len: int = 64) -> list[Hypothesis]:
+                    alpha: float = 0.6, max_len: int = 64, banned: Sequence[int] = ()) -> list[Hypothesis]:
     """Beam search for one source src (1, S); every finished hypothesis, best score first."""
     _check(model, src, max_len)
+    if eos_id in banned:
+        raise ValueError("banned must not contain eos_id: decoding could never stop")
     if src.shape[0] != 1:
         raise ValueError(f"src must hold one sentence, shape (1, S); got {tuple(src.shape)}")
     if beam_size < 1:
@@ -112,8 +129,8 @@ def beam_search_one(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, bea
     finished: list[Hypothesis] = []
     for step in range(max_len):
         n = len(beams)
-        logp = torch.log_softmax(
-            model.decode(token, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), cache=cache)[:, -1].double(), dim=-1
+        logp = _next_log_probs(
+            model.decode(token, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1), cache=cache)[:, -1], banned
         )  # (n, V)
         V = logp.shape[-1]
         total = (scores[:, None] + logp).flatten()  # (n V,): every one-token extension of every live beam
@@ -144,14 +161,14 @@ def beam_search_one(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, bea
 
 
 def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
-                max_len: int = 64, pad_id: int | None = None) -> list[Hypothesis]:
+                max_len: int = 64, pad_id: int | None = None, banned: Sequence[int] = ()) -> list[Hypothesis]:
     """src (B, S) -> the best-scoring hypothesis of each row (padding, if any, stripped per row first)."""
     pad_id = model.config.pad_id if pad_id is None else pad_id
     _check(model, src, max_len)
     out = []
     for row in src:
         ids = row[row != pad_id] if bool((row != pad_id).any()) else row
-        out.append(beam_search_one(model, ids[None], bos_id, eos_id, beam_size, alpha, max_len)[0])
+        out.append(beam_search_one(model, ids[None], bos_id, eos_id, beam_size, alpha, max_len, banned)[0])
     return out
 
 
@@ -168,21 +185,42 @@ def sequence_log_prob(model: nn.Module, src: Tensor, tokens: Sequence[int], bos_
 
 
 def translate(model: nn.Module, sentences: Sequence[str], src_tokenizer, tgt_tokenizer, *, beam_size: int = 4,
-              alpha: float = 0.6, max_len: int | None = None, bos: str = "<bos>", eos: str = "<eos>") -> list[str]:
-    """Encode each sentence, decode (greedy when beam_size == 1, else beam search), return target strings."""
+              alpha: float = 0.6, max_len: int | None = None, bos: str = "<bos>", eos: str = "<eos>",
+              banned_tokens: Sequence[str] = (), batch_size: int = 64) -> list[str]:
+    """Encode each sentence, decode, return target strings.
+
+    ``beam_size == 1`` is greedy decoding, run ``batch_size`` padded sentences at a time; otherwise beam
+    search, one sentence at a time. ``banned_tokens`` (e.g. ``["<unk>"]``) can never be produced.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1; got {batch_size}")
     bos_id, eos_id = tgt_tokenizer.special_tokens[bos], tgt_tokenizer.special_tokens[eos]
+    vocab = {**tgt_tokenizer.special_tokens}
+    banned = []
+    for token in banned_tokens:
+        ids = [vocab[token]] if token in vocab else tgt_tokenizer.encode(token)
+        if len(ids) != 1:
+            raise ValueError(f"banned_tokens must each be a single target token; {token!r} is {len(ids)} tokens")
+        banned.append(ids[0])
     max_len = model.config.max_len if max_len is None else max_len
     device = next(model.parameters()).device
-    out = []
+    encoded = []
     for sentence in sentences:
         ids = src_tokenizer.encode(sentence)
         if not ids:
             raise ValueError("sentences must not contain empty strings (nothing to translate)")
-        src = torch.tensor([ids[: model.config.max_len]], device=device)
-        if beam_size == 1:
-            hyp = greedy_decode(model, src, bos_id, eos_id, max_len)[0]
-        else:
-            hyp = beam_search_one(model, src, bos_id, eos_id, beam_size, alpha, max_len)[0]
+        encoded.append(ids[: model.config.max_len])
+    out: list[str] = []
+    if beam_size == 1:
+        pad = model.config.pad_id
+        for start in range(0, len(encoded), batch_size):
+            chunk = encoded[start : start + batch_size]
+            width = max(len(ids) for ids in chunk)
+            src = torch.tensor([ids + [pad] * (width - len(ids)) for ids in chunk], device=device)
+            out.extend(tgt_tokenizer.decode(h.tokens) for h in greedy_decode(model, src, bos_id, eos_id, max_len, banned))
+        return out
+    for ids in encoded:
+        hyp = beam_search_one(model, torch.tensor([ids], device=device), bos_id, eos_id, beam_size, alpha, max_len, banned)[0]
         out.append(tgt_tokenizer.decode(hyp.tokens))
     return out
 

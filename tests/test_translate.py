@@ -121,3 +121,24 @@ def test_bleu_and_chrf():
         corpus_bleu(["a"], refs)
     with pytest.raises(ValueError, match="must not be empty"):
         corpus_chrf([], [])
+
+
+def test_banned_tokens_are_never_produced_and_translate_batches_greedy(model):
+    from companion.tokenizers import CharTokenizer
+
+    tok = CharTokenizer(list("abcdefghi"), special_tokens=["<pad>", "<bos>", "<eos>"])
+    texts = ["abc", "hi", "gfedcba", "a"]
+    free = translate(model, texts, tok, tok, beam_size=1, max_len=8)
+    common = max(set("".join(free)), key="".join(free).count)  # the character the model emits most
+    for beam in (1, 3):
+        out = translate(model, texts, tok, tok, beam_size=beam, max_len=8, banned_tokens=[common])
+        assert all(common not in s for s in out)
+    # batched greedy equals one sentence at a time
+    assert translate(model, texts, tok, tok, beam_size=1, max_len=8, batch_size=3) == [
+        translate(model, [t], tok, tok, beam_size=1, max_len=8)[0] for t in texts]
+    with pytest.raises(ValueError, match="eos_id"):
+        greedy_decode(model, torch.tensor([[3, 4]]), BOS, EOS, banned=[EOS])
+    with pytest.raises(ValueError, match="single target token"):
+        translate(model, ["ab"], tok, tok, banned_tokens=["ab"])
+    with pytest.raises(ValueError, match="batch_size"):
+        translate(model, ["ab"], tok, tok, batch_size=0)
