@@ -21,8 +21,8 @@ ROOT = Path(__file__).parent
 os.environ.setdefault("COMPANION_PROFILE", "quick")
 # Under pytest-xdist several workers (and the notebook kernels they start) share the cores; with torch's
 # default of one thread per core they oversubscribe them, and small models then run many times slower.
-# One thread per worker keeps the run fast and the timings meaningful (tools/execute_notebooks.py, which
-# writes the committed outputs, uses one thread too, so both compute the same numbers).
+# One thread per worker keeps the run fast. (`make test` runs the notebooks in a separate, serial
+# pytest run, with every core, as tools/execute_notebooks.py does when it stores their outputs.)
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -232,12 +232,17 @@ def _check_corpus(hypotheses: Sequence[str], references: Sequence[str]) -> None:
         raise ValueError("hypotheses must not be empty")
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus BLEU (sacrebleu defaults: 13a tokenisation, exponential brevity penalty), 0-100, one reference each."""
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, pretokenized: bool = False) -> float:
+    """Corpus BLEU (sacrebleu defaults: 13a tokenisation, exponential brevity penalty), 0-100, one reference each.
+
+    ``pretokenized=True`` says that both sides were split into words on purpose (as a word-level
+    tokenizer's ``decode``/``normalize`` do), which silences sacrebleu's warning about it; the score is
+    then BLEU on tokenised text, not comparable with published scores on detokenised text.
+    """
     import sacrebleu
 
     _check_corpus(hypotheses, references)
-    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], force=pretokenized).score)
 
 
 def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:

@@ -142,3 +142,10 @@ def test_banned_tokens_are_never_produced_and_translate_batches_greedy(model):
         translate(model, ["ab"], tok, tok, banned_tokens=["ab"])
     with pytest.raises(ValueError, match="batch_size"):
         translate(model, ["ab"], tok, tok, batch_size=0)
+
+
+def test_pretokenized_bleu_is_the_same_score_without_the_warning(capsys):
+    hyp, ref = ["the cat sat on the mat ."], ["the cat sat on a mat ."]
+    quiet = corpus_bleu(hyp * 120, ref * 120, pretokenized=True)
+    assert "detokenize" not in capsys.readouterr().err
+    assert quiet == pytest.approx(corpus_bleu(hyp * 120, ref * 120))

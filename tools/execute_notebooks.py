@@ -37,7 +37,6 @@ def execute(path: Path) -> float:
 
 def main(args: list[str]) -> None:
     os.environ.setdefault("COMPANION_PROFILE", "quick")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as in `make test` (see conftest.py)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     paths = [Path(a) for a in args] or sorted(Path("book").glob("*.ipynb"))
     for p in paths:
