@@ -13,7 +13,6 @@ Formulas, written from the configs alone (tests hold them equal to the models' m
 
 from __future__ import annotations
 
-from .feedforward import swiglu_hidden
 from .models.decoder import DecoderConfig
 from .models.gpt import GPTConfig
 from .models.seq2seq import Seq2SeqConfig

@@ -33,7 +33,6 @@ safetensors, everything else from JSON.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import shutil
@@ -46,6 +45,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
+
+from .files import atomic_write_bytes, sha256_file
 
 __all__ = [
     "MODEL_KINDS", "model_kind", "config_dict", "build_model", "save_checkpoint", "resolve", "load_model",
@@ -106,31 +107,6 @@ def build_model(config: dict) -> nn.Module:
 
 
 # --- file helpers ----------------------------------------------------------------------------------
-
-
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then ``os.replace`` it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -255,7 +231,7 @@ def save_checkpoint(
             structure, state_tensors = encode_state(state)
             save_file(state_tensors, str(tmp / "state.safetensors"), metadata={"format": FORMAT})
             (tmp / "state.json").write_text(json.dumps(structure) + "\n")
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         manifest = {"format": FORMAT, "step": step, "files": files}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         for p in tmp.iterdir():
@@ -314,7 +290,7 @@ def _verified(path: Path | str) -> Path:
         file = step_dir / name
         if not file.is_file():
             raise ValueError(f"checkpoint file {file} is missing (listed in manifest.json)")
-        if _sha256(file) != digest:
+        if sha256_file(file) != digest:
             raise ValueError(f"checkpoint file {file} is corrupted: its SHA-256 differs from the one in manifest.json")
     return step_dir
 

@@ -17,7 +17,6 @@ absolute positions, k and v go to the view, and the new queries attend over ever
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor, nn

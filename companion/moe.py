@@ -20,7 +20,6 @@ y = sum_{e in TopK(x)} g_e(x) E_e(x) + sum_s S_s(x)     (Shazeer et al. 2017; Mi
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .feedforward import SwiGLU

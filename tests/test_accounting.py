@@ -28,7 +28,7 @@ def test_variant_and_other_model_formulas():
 
 def test_seed_kv_table():
     L, T, h, dh = 32, 8192, 32, 128
-    assert kv_cache_bytes(L, 32, dh, T) == 4 * 2**30  # MHA: 4 GiB
+    assert kv_cache_bytes(L, h, dh, T) == 4 * 2**30  # MHA (g = h = 32): 4 GiB
     assert kv_cache_bytes(L, 8, dh, T) == 2**30  # GQA g=8: 1 GiB
     assert kv_cache_bytes(L, 1, dh, T) == 128 * 2**20  # MQA: 128 MiB
 

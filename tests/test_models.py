@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from companion.models import PRESETS, Decoder, DecoderConfig, from_preset, gpt_from_preset, seq2seq_from_preset
+from companion.models import PRESETS, DecoderConfig, from_preset, gpt_from_preset, seq2seq_from_preset
 from companion.models.gpt import GPTConfig
 
 

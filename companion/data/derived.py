@@ -25,11 +25,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from ..files import atomic_write_bytes, sha256_file
 from .sources import package_version
 
 __all__ = ["RECIPE_VERSION", "CORPORA", "EXPECTED_SHA256", "default_data_dir", "sha256_file", "prepare", "ensure", "verify"]
@@ -66,15 +66,6 @@ def default_data_dir() -> Path:
     return Path.home() / ".cache" / "companion" / "data"
 
 
-def sha256_file(path: Path | str) -> str:
-    """Hex SHA-256 digest of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_name(name: str) -> tuple[str, str]:
     if name not in CORPORA:
         raise ValueError(f"name must be one of {sorted(CORPORA)}; got {name!r}")
@@ -99,22 +90,6 @@ def _rows(name: str) -> list[dict]:
          "translation": {src: p.src, tgt: p.tgt}}
         for p in verse_pairs(src, tgt)
     ]
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _meta_path(path: Path) -> Path:
@@ -142,11 +117,11 @@ def _build(name: str, directory: Path, verbose: bool) -> Path:
     rows = _rows(name)
     data = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows).encode("utf-8")
     digest = hashlib.sha256(data).hexdigest()
-    _atomic_write(path, data)
+    atomic_write_bytes(path, data)
     version = package_version(package)
     meta = {"name": name, "sha256": digest, "bytes": len(data), "rows": len(rows), "recipe": RECIPE_VERSION,
             "source": {package: version}}
-    _atomic_write(_meta_path(path), (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(_meta_path(path), (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
     expected = EXPECTED_SHA256.get(name)
     if expected and version == PINNED_SOURCES[package] and digest != expected:
         warnings.warn(

@@ -19,8 +19,7 @@ Presets (shapes, not weights, of the families they are named after):
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor, nn
