@@ -33,6 +33,7 @@ from ..mla import MultiHeadLatentAttention
 from ..moe import ROUTERS, MoE
 from ..norms import NORMS, make_norm
 from ..positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, embed_scale
+from .gpt import init_normal
 
 __all__ = ["DecoderConfig", "Decoder", "PRESETS", "from_preset", "POSITIONS", "ATTENTIONS"]
 
@@ -207,7 +208,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(self._block(i) for i in range(c.n_layers))
         self.final_norm = make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.apply(init_normal)
         if c.tie_embeddings:  # one matrix for reading tokens in and scoring them out (Press and Wolf 2017)
             self.lm_head.weight = self.embed.weight
 
@@ -241,13 +242,6 @@ class Decoder(nn.Module):
         else:
             ffn = make_ffn(c.ffn, c.d_model, c.ffn_hidden, bias=c.ffn_bias, dropout=c.dropout)
         return Block(c.d_model, attn, ffn, norm=c.norm, placement=c.norm_placement, norm_eps=c.norm_eps, dropout=c.dropout)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
 
     # the cache contract ---------------------------------------------------------------------------
     def new_cache(self) -> ModelCache:

@@ -66,6 +66,14 @@ def gpt_from_preset(name: str, **overrides) -> "GPT":
     return GPT(GPTConfig(**{**GPT_PRESETS[name], "name": name, **overrides}))
 
 
+def init_normal(m: nn.Module, std: float = 0.02) -> None:
+    """GPT-2's initialisation, used by every decoder in the book: N(0, 0.02) weights, zero biases."""
+    if isinstance(m, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(m.weight, mean=0.0, std=std)
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+
+
 class GPT(nn.Module):
     """Token ids (B, T) -> logits (B, T, V)."""
 
@@ -87,19 +95,12 @@ class GPT(nn.Module):
         )
         self.ln_f = LayerNorm(c.n_embd, c.layer_norm_eps) if gpt2 else nn.Identity()
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.apply(self._init_weights)
+        self.apply(init_normal)
         # GPT-2: residual projections scaled by 1/sqrt(2N) so the stream's variance does not grow with depth.
         for block in self.blocks:
             for proj in (block.attn.out, block.ffn.down):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / (2 * c.n_layer) ** 0.5)
         self.lm_head.weight = self.wte.weight  # weight tying
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
 
     def new_cache(self) -> ModelCache:
         return ModelCache(self.config.n_layer)
