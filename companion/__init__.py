@@ -26,6 +26,13 @@ One concept per module, named for the concept:
 - ``companion.checkpoint``: safetensors + JSON checkpoints, written atomically, SHA-256 checked, never unpickled.
 - ``companion.translate``: greedy and beam search for the encoder-decoder; corpus BLEU and chrF.
 - ``companion.train_cli``: the ``train`` and ``sample`` commands of ``python -m companion``.
+- ``companion.backends``: ``attend``, the one attention entry point (reference, sdpa, tiled, triton).
+- ``companion.flash``: the online softmax, tiled attention and its recomputing backward (chapter 11).
+- ``companion.triton_flash``: the same as Triton GPU kernels (imported lazily; needs triton and CUDA).
+- ``companion.hf``: weights to and from Hugging Face transformers (optional extra ``hf``).
+- ``companion.attention_maps``: record the cross-attention weights a model used (chapter 3).
+- ``companion.widgets``: the ipywidgets explorers of the chapters.
+- ``companion.files``: atomic file writes and SHA-256 digests.
 """
 
 from .profile import Profile, pick_device, profile, seed_everything
