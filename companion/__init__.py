@@ -29,6 +29,7 @@ One concept per module, named for the concept:
 - ``companion.backends``: ``attend``, the one attention entry point (reference, sdpa, tiled, triton).
 - ``companion.flash``: the online softmax, tiled attention and its recomputing backward (chapter 11).
 - ``companion.triton_flash``: the same as Triton GPU kernels (imported lazily; needs triton and CUDA).
+- ``companion.triton_paged``: paged attention as a Triton kernel reading K/V from the page pool (lazily; triton + CUDA).
 - ``companion.hf``: weights to and from Hugging Face transformers (optional extra ``hf``).
 - ``companion.attention_maps``: record the cross-attention weights a model used (chapter 3).
 - ``companion.widgets``: the ipywidgets explorers of the chapters.
