@@ -8,20 +8,16 @@ through companion.backends.attend for the backend check.
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from python_snippet import run_snippet
 
 from companion import triton_flash
 from companion.backends import attend
 from companion.flash import tiled_attention
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(
@@ -81,9 +77,7 @@ def test_package_imports_and_explains_without_triton():
             print("IMPORT-ERROR:", e)
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TRITON_INTERPRET", None)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    res = run_snippet(code, interpret=False)
     assert res.returncode == 0, res.stderr
     assert "IMPORT-ERROR:" in res.stdout and "pip install 'companion[triton]'" in res.stdout
 
@@ -136,8 +130,7 @@ def test_kernels_under_the_interpreter_match_tiled_attention():
     """fp16 only: Triton 3.9's interpreter computes tl.dot on bfloat16 inputs wrongly (it multiplies the
     raw bits), so bf16 is checked on GPUs only. Runs in a subprocess because TRITON_INTERPRET must be set
     before the kernels are defined."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    res = run_snippet(_INTERPRETED, interpret=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads(res.stdout.split("RESULTS", 1)[1])
     assert len(results) == 5

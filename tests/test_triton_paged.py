@@ -11,14 +11,11 @@ over a packed paged batch. The kernel is then held to the reference.
 import importlib.util
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from python_snippet import run_snippet
 
 import companion.mha
 from companion import triton_paged
@@ -27,7 +24,6 @@ from companion.generate import packed_forward
 from companion.models import from_preset
 from companion.paged import PagedKVCache, paged_attention_reference
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(
@@ -188,9 +184,7 @@ def test_package_imports_and_explains_without_triton():
             print("IMPORT-ERROR:", e)
         """
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("TRITON_INTERPRET", None)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    res = run_snippet(code, interpret=False)
     assert res.returncode == 0, res.stderr
     assert "IMPORT-ERROR:" in res.stdout and "pip install 'companion[triton]'" in res.stdout
 
@@ -248,8 +242,7 @@ _INTERPRETED = textwrap.dedent(
 def test_kernel_under_the_interpreter_matches_the_reference():
     """float32 and float16: Triton 3.9's interpreter computes tl.dot on bfloat16 inputs wrongly, so bf16
     is checked on GPUs only. A subprocess, because TRITON_INTERPRET must be set before the kernel is defined."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    res = run_snippet(_INTERPRETED, interpret=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads(res.stdout.split("RESULTS", 1)[1])
     assert len(results) == 6
