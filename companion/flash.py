@@ -224,6 +224,19 @@ def _block_needs_position_mask(q_start: int, q_end: int, k_start: int, k_end: in
 # ----------------------------------------------------------------------------------------------
 
 
+def check_causal_window(T: int, S: int, causal: bool, window: int | None) -> None:
+    """The rules every attention kernel here shares for its T query rows placed at the end of S keys."""
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool; got {causal!r}")
+    if causal and S < T:
+        raise ValueError(f"causal attention needs S >= T (the queries are the last T of the S positions); got T={T}, S={S}")
+    if window is not None:
+        if not causal:
+            raise ValueError("window requires causal=True: a sliding window here looks back only")
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"window must be an int >= 1 (a query always sees itself); got {window!r}")
+
+
 def _validate(q, k, v, causal, mask, window, block_q, block_k, scale):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
@@ -248,15 +261,7 @@ def _validate(q, k, v, causal, mask, window, block_q, block_k, scale):
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same number of rows S (dim -2); got {k.shape[-2]} and {v.shape[-2]}")
     T, S = q.shape[-2], k.shape[-2]
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool; got {causal!r}")
-    if causal and S < T:
-        raise ValueError(f"causal attention needs S >= T (the queries are the last T of the S positions); got T={T}, S={S}")
-    if window is not None:
-        if not causal:
-            raise ValueError("window requires causal=True: a sliding window here looks back only")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise ValueError(f"window must be an int >= 1 (a query always sees itself); got {window!r}")
+    check_causal_window(T, S, causal, window)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise ValueError(f"{name} must be an int >= 1; got {b!r}")

@@ -37,6 +37,8 @@ import os
 import torch
 from torch import Tensor
 
+from .flash import check_causal_window
+
 try:  # optional dependency: the rest of the package must import without it
     import triton
     import triton.language as tl
@@ -280,15 +282,7 @@ def _validate(q, k, v, causal, window, scale) -> float:
         raise ValueError(f"head dim must be one of {HEAD_DIMS} for the Triton kernel; got {d}")
     if T < 1 or S < 1:
         raise ValueError(f"q and k need at least one row each; got T={T}, S={S}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool; got {causal!r}")
-    if causal and S < T:
-        raise ValueError(f"causal attention needs S >= T (the queries are the last T of the S positions); got T={T}, S={S}")
-    if window is not None:
-        if not causal:
-            raise ValueError("window requires causal=True: a sliding window here looks back only")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise ValueError(f"window must be an int >= 1; got {window!r}")
+    check_causal_window(T, S, causal, window)
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):

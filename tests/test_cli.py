@@ -10,19 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from companion.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:

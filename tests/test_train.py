@@ -21,13 +21,7 @@ from companion.train import (
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and a shared 2-core machine makes two threads spin."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_gpt(vocab=32, context=16, dropout=0.0, seed=0) -> GPT:
