@@ -187,9 +187,24 @@ def bench_throughput(n_requests=16, new=32, d_model=128, n_layers=4) -> dict:
 
 
 @torch.no_grad()
-def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4) -> None:
+def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range=(8, 64)) -> dict:
     """The same weights in transformers (``companion.hf.to_hf``): its batched generate() (left padding,
-    greedy) against the Engine on the same prompts."""
+    greedy, sdpa, use_cache) against the Engine on the same prompts, two workloads in one run:
+
+    - equal: every request wants ``new`` tokens (the best case for a static batch);
+    - mixed: request i wants n_i tokens, n_i uniform in ``mixed_range``. transformers runs one static
+      batch to the longest request (what a user of generate() does with such a batch) and the user
+      keeps each request's first n_i tokens; the engine retires each request when it is done.
+
+    Generated tokens/s counts the tokens the requests asked for (sum of n_i) over the wall time.
+    Repetitions are interleaved (transformers, engine, packed engine, per workload, per round) after
+    one untimed warm-up round of each; the table shows medians. Each engine run gets a fresh Engine
+    (page pool allocated before the clock starts, as a server does at start-up; no prefix pages
+    carried over between runs)."""
+    import statistics
+
+    import transformers
+
     from companion.hf import to_hf
 
     torch.manual_seed(4)
@@ -197,28 +212,59 @@ def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4) -> None:
     hf = to_hf(model, attn_implementation="sdpa").eval()
     rng = random.Random(4)
     prompts = [[rng.randrange(256) for _ in range(rng.randint(16, 64))] for _ in range(n_requests)]
+    workloads = {"equal": [new] * n_requests, "mixed": [rng.randint(*mixed_range) for _ in range(n_requests)]}
     L = max(len(p) for p in prompts)
     ids = torch.zeros(n_requests, L, dtype=torch.long)
     att = torch.zeros(n_requests, L, dtype=torch.long)
     for b, p in enumerate(prompts):  # left padding: every prompt ends at column L - 1
         ids[b, L - len(p) :], att[b, L - len(p) :] = torch.tensor(p), 1
-    timings = {}
-    for _ in range(2):  # second round timed: first-call warm-up excluded for both
+
+    def run_hf(lens):
+        n = max(lens)
         start = time.perf_counter()
-        out = hf.generate(ids, attention_mask=att, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
-        timings["hf"] = time.perf_counter() - start
+        out = hf.generate(ids, attention_mask=att, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, use_cache=True)
+        wall = time.perf_counter() - start
+        return wall, [row[:k] for row, k in zip(out[:, L:].tolist(), lens)]
+
+    def run_engine(lens, kernel):
+        engine = Engine(model, page_size=16, max_batch_tokens=1024, max_seqs=n_requests, attention_kernel=kernel)
+        params = [SamplingParams(max_new_tokens=k) for k in lens]
         start = time.perf_counter()
-        ours = Engine(model, page_size=16, max_batch_tokens=1024, max_seqs=n_requests).generate(prompts, SamplingParams(max_new_tokens=new))
-        timings["engine"] = time.perf_counter() - start
-    hf_tokens = out[:, L:].tolist()
-    agree = sum(a == o.tokens for a, o in zip(hf_tokens, ours))
-    total = n_requests * new
-    print(f"\n### Against transformers {__import__('transformers').__version__} generate(): {n_requests} requests, {new} new tokens, llama-like d={d_model}, {n_layers} layers\n")
-    print("| run | wall s | generated tokens/s | relative |")
-    print("|---|---:|---:|---:|")
-    print(f"| transformers LlamaForCausalLM.generate (batched, left padding, sdpa, greedy) | {timings['hf']:.2f} | {total / timings['hf']:.0f} | 1.0 |")
-    print(f"| companion Engine (continuous batching, paged) | {timings['engine']:.2f} | {total / timings['engine']:.0f} | {timings['hf'] / timings['engine']:.2f} |")
-    print(f"\nIdentical greedy outputs: {agree} of {n_requests} requests.")
+        outs = engine.generate(prompts, params)
+        return time.perf_counter() - start, [o.tokens for o in outs]
+
+    runs = {"hf": lambda lens: run_hf(lens), "engine": lambda lens: run_engine(lens, "gather"),
+            "packed": lambda lens: run_engine(lens, None)}
+    times = {(w, r): [] for w in workloads for r in runs}
+    tokens = {}
+    for rnd in range(reps + 1):  # round 0: warm-up, not timed
+        for w, lens in workloads.items():
+            for r, fn in runs.items():
+                wall, toks = fn(lens)
+                tokens[w, r] = toks
+                if rnd:
+                    times[w, r].append(wall)
+    print(f"\n### Against transformers {transformers.__version__} generate(): {n_requests} requests (prompts 16..64), "
+          f"llama-like d={d_model}, {n_layers} layers, {torch.get_num_threads()} thread(s), median of {reps} interleaved rounds\n")
+    print("| workload | run | wall s | generated tokens/s | vs transformers | per-round range | identical to transformers |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    result = {}
+    names = {"hf": "transformers generate (static batch, left padding)", "engine": "companion Engine (paged, per-sequence gather + SDPA)",
+             "packed": "companion Engine (paged, packed block-mask attention)"}
+    for w, lens in workloads.items():
+        total = sum(lens)
+        label = f"{w}: {new} new each" if w == "equal" else f"mixed: {min(lens)}..{max(lens)} new (sum {total})"
+        for r in runs:
+            med = statistics.median(times[w, r])
+            ratios = [h / e for h, e in zip(times[w, "hf"], times[w, r])]
+            same = sum(a == b for a, b in zip(tokens[w, r], tokens[w, "hf"]))
+            result[w, r] = total / med
+            print(f"| {label} | {names[r]} | {med:.3f} | {total / med:.0f} | {statistics.median(times[w, 'hf']) / med:.2f}x | "
+                  f"{min(ratios):.2f}-{max(ratios):.2f} | {same}/{n_requests} |")
+    for w in workloads:
+        ratio = result[w, "engine"] / result[w, "hf"]
+        print(f"\nGoal (engine >= 2x transformers' generated tokens/s), {w} workload: {'met' if ratio >= 2 else 'NOT met'} ({ratio:.2f}x).")
+    return result
 
 
 BENCHES = {"hf": bench_hf, "decode": bench_decode, "memory": bench_memory, "prefix": bench_prefix, "quant": bench_quant, "scores": bench_quant_scores, "throughput": bench_throughput}

@@ -12,7 +12,7 @@ The contract (shared DESIGN, "the one interface to get right early")
   same code path runs in both cases; tests compare them.
 
 What this module provides
-- ``LayerCache``: the protocol (``length``, ``update``).
+- ``LayerCache``: the protocol (``length``, ``update``, optionally ``attend``).
 - ``ContiguousLayerCache``: appends along the time dimension (dim -2). With ``window=w`` it keeps
   only the rows a sliding-window layer can still read (the last w - 1 before each append, plus
   ``keep`` initial rows for StreamingLLM-style kept tokens): a bounded ring, not a growing tensor.
@@ -47,6 +47,13 @@ class LayerCache(Protocol):
         boolean (True: query row i and key row j belong to the same sequence), after ``update``."""
         ...
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None, backend: str = "auto") -> Tensor | None:
+        """Optional. Store k, v (B, g, T, d) at ``positions`` and return the causal attention (with a
+        sliding ``window``) of q (B, h, T, d) over the stored keys, (B, h, T, d_v); or return None
+        without storing anything when this view has no such path (the layer then calls ``update``
+        and attends itself). Attention layers only ask for plain causal (+ window) attention."""
+        ...
+
 
 class ContiguousLayerCache:
     """Per-layer storage as plain tensors grown by concatenation along dim -2.
@@ -66,6 +73,9 @@ class ContiguousLayerCache:
         self.length = 0
         self.positions: Tensor | None = None  # (S_stored,)
         self.rows: tuple[Tensor, ...] | None = None
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, **kwargs) -> None:
+        return None  # the layer attends over what ``update`` returns (its fused causal kernels apply)
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         T = positions.shape[0]

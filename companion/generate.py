@@ -35,7 +35,7 @@ from .cache import PackedBatchCache
 from .paged import PagedKVCache
 
 __all__ = [
-    "SamplingParams", "filter_logits", "sample", "context_length", "check_prompts", "packed_forward",
+    "SamplingParams", "filter_logits", "sample", "sample_rows", "context_length", "check_prompts", "packed_forward",
     "stream", "generate", "GenerationResult", "CACHE_MODES",
 ]
 
@@ -99,6 +99,22 @@ def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | 
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
+def sample_rows(logits: Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]) -> list[int]:
+    """One token per row of logits (B, V), row b drawn with params[b] and generators[b]: the greedy
+    rows take one argmax over all of them (one kernel, one copy to Python, instead of one per row);
+    the others go through ``sample`` one by one (each may carry its own filters and generator)."""
+    greedy = [b for b, p in enumerate(params) if p.temperature == 0]
+    out = [0] * len(params)
+    if greedy:
+        rows = logits if len(greedy) == len(params) else logits[torch.tensor(greedy, device=logits.device)]
+        for b, tok in zip(greedy, rows.argmax(dim=-1).tolist()):
+            out[b] = tok
+    for b, p in enumerate(params):
+        if p.temperature != 0:
+            out[b] = sample(logits[b], p, generators[b])
+    return out
+
+
 def context_length(model: nn.Module) -> int:
     c = model.config
     return c.block_size if hasattr(c, "block_size") else c.max_seq_len
@@ -133,9 +149,12 @@ def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence
     in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated."""
     device = next(model.parameters()).device
     ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
-    positions = torch.cat([torch.arange(c.length, c.length + len(ch)) for c, ch in zip(caches, chunks)]).to(device)
-    logits = model(ids, cache=PackedBatchCache(caches, [len(c) for c in chunks]), positions=positions)[0]  # (N, V)
-    last = torch.tensor([len(c) for c in chunks]).cumsum(0) - 1
+    positions = torch.tensor([j for c, ch in zip(caches, chunks) for j in range(c.length, c.length + len(ch))], dtype=torch.long, device=device)
+    lengths = [len(c) for c in chunks]
+    logits = model(ids, cache=PackedBatchCache(caches, lengths), positions=positions)[0]  # (N, V)
+    if len(lengths) == ids.shape[1]:  # one token each (decoding): every row is a last row
+        return logits
+    last = torch.tensor(lengths).cumsum(0) - 1
     return logits[last.to(device)]
 
 
@@ -210,8 +229,8 @@ def _steps(model, prompts, params, cache, page_size, kv_bits, _result) -> Iterat
                 else:
                     logits = packed_forward(model, [caches[i] for i in active], [pending[i] for i in active])
                 events = []
-                for row, i in enumerate(active):
-                    tok = sample(logits[row], params, gens[i])
+                toks = sample_rows(logits, [params] * len(active), [gens[i] for i in active])
+                for row, (i, tok) in enumerate(zip(active, toks)):
                     outs[i].append(tok)
                     seqs[i].append(tok)
                     pending[i] = [tok]

@@ -13,6 +13,8 @@ the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.
 The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
 an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
 absolute positions, k and v go to the view, and the new queries attend over everything it returns.
+A view may instead attend itself (``LayerCache.attend``: a paged batch reads its pages per sequence
+or with a paged-attention kernel); the layer asks it first for plain causal (+ window) attention.
 """
 
 from __future__ import annotations
@@ -178,7 +180,17 @@ class MultiHeadAttention(nn.Module):
             positions = torch.arange(start, start + T, device=x.device)
         q, k, v = self.project_qkv(x)
         if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
-            q, k = self.rope(q, positions), self.rope(k, positions)
+            if positions.shape[0] != T:
+                raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={T}")
+            cos, sin = self.rope.cos_sin(positions.to(x.device))  # one lookup for q and k
+            q, k = self.rope.rotate(q, cos, sin), self.rope.rotate(k, cos, sin)
+        if cache is not None and self._plain_causal(mask):
+            # A cache that can attend itself (a paged batch: per-sequence gather, or a kernel that
+            # reads the pages) stores k, v and returns the output; None = it cannot, read it below.
+            view_attend = getattr(cache, "attend", None)
+            out = view_attend(q, k, v, positions, window=self.window, backend=self.backend) if view_attend is not None else None
+            if out is not None:
+                return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
         same_sequence = None  # (T, S) for a packed multi-sequence batch (companion.cache.PackedLayerView)
         if cache is not None:
             k_positions, (k, v) = cache.update(positions, k, v)
@@ -204,6 +216,11 @@ class MultiHeadAttention(nn.Module):
                 allowed = allowed & mask
             out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks)
         return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+
+    def _plain_causal(self, mask: Tensor | None) -> bool:
+        """Causal self-attention with at most a sliding window: what ``LayerCache.attend`` computes.
+        Sinks, ALiBi, kept tokens and extra masks go through ``update`` and ``attend`` here."""
+        return self.causal and self.keep == 0 and self.sinks is None and self.alibi_slopes is None and mask is None
 
     def extra_repr(self) -> str:
         kind = "MHA" if self.n_kv_heads == self.n_heads else ("MQA" if self.n_kv_heads == 1 else "GQA")

@@ -33,14 +33,18 @@ What this module provides
 - ``PagedKVCache``: pool + manager; ``new_sequence(tokens)`` -> ``PagedSequenceCache``.
 - ``PagedSequenceCache`` / ``PagedLayerView``: the ``LayerCache`` protocol over a block table
   (reference path: write through the table, gather the pages back, then ordinary attention).
-- ``PagedBatch``: the same for several sequences packed into one forward (what the engine runs):
-  one scatter and one gather per layer for the whole batch.
+- ``PagedBatch``: several sequences in one forward (what the engine runs): one scatter per layer
+  writes every new row; attention then reads the pages per sequence (``attention_kernel="gather"``:
+  the decoding sequences as one (B, 1) batch, the prefilling ones as another, each with one gather
+  of precomputed slot indices and torch's SDPA), with the reference or the Triton paged-attention
+  kernel, or (None) over all sequences laid end to end with a block mask.
 - ``PoolExhausted``: raised before anything is modified when the pool cannot serve a request.
 - ``paged_attention_reference(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, ...)``: the
   PyTorch reference of paged attention (gather through the block tables, then masked attention), and
   ``check_paged_attention_args``, the argument rules it shares with the Triton kernel
   (``companion.triton_paged.paged_attention``, which reads K/V from the pages without the gather).
-  ``PagedBatch.attend(layer, q, kernel="reference" | "triton")`` runs either on a packed batch.
+  ``PagedBatch.attend(layer, q, kernel="gather" | "reference" | "triton")`` runs any of them on a
+  packed batch; the attention layers reach it through ``PagedBatchLayerView.attend``.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
+from functools import cached_property
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kvquant import BITS, dequantize, quantize
@@ -60,7 +66,7 @@ __all__ = [
     "PoolExhausted", "model_namespace", "paged_attention_reference", "check_paged_attention_args", "PAGED_KERNELS",
 ]
 
-PAGED_KERNELS = ("reference", "triton")
+PAGED_KERNELS = ("gather", "reference", "triton")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -111,10 +117,12 @@ class BlockManager:
         return math.ceil(n_tokens / self.page_size)
 
     # hash chain -------------------------------------------------------------------------------------
-    def chain(self, tokens: Sequence[int]) -> list[bytes]:
-        """h_k for every FULL page of ``tokens``."""
-        p, out, h = self.page_size, [], self.root
-        for k in range(len(tokens) // p):
+    def chain(self, tokens: Sequence[int], known: Sequence[bytes] = ()) -> list[bytes]:
+        """h_k for every FULL page of ``tokens``. ``known``: h_0.. of a prefix already hashed (a chain
+        depends only on the tokens before it, so a growing sequence hashes each page once)."""
+        p, out = self.page_size, list(known[: len(tokens) // self.page_size])
+        h = out[-1] if out else self.root
+        for k in range(len(out), len(tokens) // p):
             h = hashlib.sha256(h + b"|" + ",".join(map(str, tokens[k * p : (k + 1) * p])).encode()).digest()
             out.append(h)
         return out
@@ -159,6 +167,9 @@ class BlockManager:
         ``PoolExhausted`` before changing anything if the pool is short."""
         if end <= start:
             return
+        first, last = start // self.page_size, (end - 1) // self.page_size
+        if last < len(table) and all(self.ref[table[k]] == 1 and table[k] not in self.hash_of for k in range(first, last + 1)):
+            return  # the usual decode step: the pages exist, are this table's alone and unnamed
         need = self.pages_needed(table, start, end)
         if need > self.n_free:
             raise PoolExhausted(f"page pool exhausted: this write needs {need} free page(s), {self.n_free} of {self.n_pages} are free")
@@ -175,9 +186,10 @@ class BlockManager:
         while len(table) < self.pages_for(end):
             table.append(self._take())
 
-    def register(self, table: list[int], tokens: Sequence[int], n_computed: int) -> None:
-        """Name the full, computed pages of a sequence by their hash so later sequences can share them."""
-        for k, h in enumerate(self.chain(tokens[:n_computed])):
+    def register(self, table: list[int], tokens: Sequence[int], n_computed: int, hashes: Sequence[bytes] | None = None) -> None:
+        """Name the full, computed pages of a sequence by their hash so later sequences can share them.
+        ``hashes``: the chain of those pages when the caller already has it (``chain``)."""
+        for k, h in enumerate(self.chain(tokens[:n_computed]) if hashes is None else hashes):
             page = table[k]
             if page in self.hash_of or h in self.page_of:
                 continue  # already named (perhaps another page holds the same contents: keep that one)
@@ -200,7 +212,7 @@ class PagePool:
     ):
         if bits is not None and bits not in BITS:
             raise ValueError(f"bits must be None or one of {BITS}; got {bits}")
-        self.bits, self.dtype, self.page_size = bits, dtype, page_size
+        self.bits, self.dtype, self.page_size, self.device = bits, dtype, page_size, torch.device(device)
         self.data: list[list[Tensor]] = []
         self.scales: list[list[Tensor]] = []
         for shapes in token_shapes:
@@ -227,6 +239,15 @@ class PagePool:
             self.data[layer][i][pages, slots] = q
             self.scales[layer][i][pages, slots] = s
 
+    def write_slots(self, layer: int, i: int, flat_slots: Tensor, rows: Tensor) -> None:
+        """rows (T, *token_shape) into flat slot indices page * p + slot: one index_copy_ per tensor."""
+        if self.bits is None:
+            self.data[layer][i].view(-1, *self.data[layer][i].shape[2:]).index_copy_(0, flat_slots, rows.to(self.dtype))
+        else:
+            q, s = quantize(rows, self.bits)
+            self.data[layer][i].view(-1, *q.shape[1:]).index_copy_(0, flat_slots, q)
+            self.scales[layer][i].view(-1, *s.shape[1:]).index_copy_(0, flat_slots, s)
+
     def read(self, layer: int, i: int, pages: Tensor, n_tokens: int, dtype: torch.dtype) -> Tensor:
         """Gather ``pages`` in order and return their first ``n_tokens`` slots, (n_tokens, *token_shape)."""
         data = self.data[layer][i][pages].flatten(0, 1)[:n_tokens]
@@ -236,10 +257,10 @@ class PagePool:
 
     def read_slots(self, layer: int, i: int, flat_slots: Tensor, dtype: torch.dtype) -> Tensor:
         """Rows at flat slot indices page * p + slot, (S, *token_shape): one gather for a whole batch."""
-        data = self.data[layer][i].flatten(0, 1)[flat_slots]
+        data = self.data[layer][i].flatten(0, 1).index_select(0, flat_slots)  # index_select: the fast gather on CPU
         if self.bits is None:
             return data.to(dtype)
-        return dequantize(data, self.scales[layer][i].flatten(0, 1)[flat_slots], self.bits, dtype)
+        return dequantize(data, self.scales[layer][i].flatten(0, 1).index_select(0, flat_slots), self.bits, dtype)
 
     def copy_page(self, src: int, dst: int) -> None:
         for tensors in (*self.data, *self.scales):
@@ -261,17 +282,26 @@ class PagedKVCache:
         n_pages, page_size: pool size in pages and p, the token slots per page.
         bits: None (store in ``dtype``), 8 or 4 (quantised, ``companion.kvquant``).
         prefix_sharing: look up and register full pages by their hash chain.
+        attention_kernel: how the attention layers of a packed batch (``pack``) read the pages, one of
+            ``PAGED_KERNELS`` or None; see ``PagedBatch``. "gather" (default) is the fast path on a
+            CPU; "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference".
     """
 
     def __init__(
         self, model: nn.Module, n_pages: int, page_size: int = 16, *, bits: int | None = None,
         dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", prefix_sharing: bool = True,
+        attention_kernel: str | None = "gather",
     ):
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1; got {page_size}")
         if n_pages < 1:
             raise ValueError(f"n_pages must be >= 1; got {n_pages}")
+        if attention_kernel is not None and attention_kernel not in PAGED_KERNELS:
+            raise ValueError(f"attention_kernel must be None or one of {PAGED_KERNELS}; got {attention_kernel!r}")
+        if attention_kernel in ("reference", "triton") and bits is not None:
+            raise ValueError(f"attention_kernel={attention_kernel!r} reads float pages; with bits={bits} use 'gather' or None")
         self.model, self.page_size, self.dtype, self.prefix_sharing = model, page_size, dtype, prefix_sharing
+        self.attention_kernel = attention_kernel
         self.n_layers = len(kv_token_shapes(model))
         self.pool = PagePool(kv_token_shapes(model), n_pages, page_size, dtype=dtype, device=device, bits=bits)
         self.manager = BlockManager(n_pages, page_size, model_namespace(model, f"{dtype}|bits={bits}"), on_copy=self.pool.copy_page)
@@ -308,6 +338,7 @@ class PagedSequenceCache:
         self.table: list[int] = []
         self.length = 0
         self._views = [PagedLayerView(self, i) for i in range(owner.n_layers)]
+        self._hashes: list[bytes] = []  # hash chain of the full computed pages, extended by ``commit``
 
     def layer(self, i: int) -> "PagedLayerView":
         return self._views[i]
@@ -325,11 +356,13 @@ class PagedSequenceCache:
     def commit(self, tokens: Sequence[int]) -> None:
         """Register this sequence's full computed pages (``tokens`` = all its tokens so far) for sharing."""
         if self.owner.prefix_sharing:
-            self.owner.manager.register(self.table, tokens, self.length)
+            self._hashes = self.owner.manager.chain(tokens[: self.length], self._hashes)
+            self.owner.manager.register(self.table, tokens, self.length, self._hashes)
 
     def free(self) -> None:
         self.owner.manager.free(self.table)
         self.length = 0
+        self._hashes = []
 
     def nbytes_held(self) -> int:
         """Bytes of pool storage this sequence's pages occupy (whole pages, the unit of allocation)."""
@@ -371,54 +404,163 @@ class PagedLayerView:
         return torch.arange(end, device=device), out
 
 
+class _Group:
+    """Sequences attended together as one padded batch (the "gather" path of ``PagedBatch``):
+    B sequences, up to T new rows each, L keys each (positions 0..L-1, beyond a sequence's end masked).
+
+    rows (B, T): the packed row of query (b, t) (a padded t repeats the sequence's last row), or None
+    when the group is every row of the batch, one per sequence, in order (a pure decode step);
+    q_pos (B, T) their absolute positions; slots (B * L,) the flat pool slot of key (b, j);
+    real (R,) which of the B * T (b, t) pairs are real rows, and dest (R,) their packed rows."""
+
+    def __init__(self, rows, q_pos, slots, real, dest, B, T, L):
+        self.rows, self.q_pos, self.slots, self.real, self.dest = rows, q_pos, slots, real, dest
+        self.B, self.T, self.L = B, T, L
+        self._masks: dict[tuple[int | None, int], Tensor] = {}
+
+    def mask(self, window: int | None, r: int) -> Tensor:
+        """(B, 1, r * T, L) boolean, True = may read: key j <= the row's position (causal, which also
+        hides every key past the sequence's end) and, with a window, position - j < window; repeated
+        for the r query heads that share one K/V head (they are laid out as r * T query rows)."""
+        key = (window, r)
+        if key not in self._masks:
+            kpos = torch.arange(self.L, device=self.q_pos.device)
+            allowed = kpos[None, None, :] <= self.q_pos[:, :, None]  # (B, T, L)
+            if window is not None:
+                allowed = allowed & (self.q_pos[:, :, None] - kpos[None, None, :] < window)
+            B, T, L = self.B, self.T, self.L
+            self._masks[key] = allowed[:, None, None].expand(B, 1, r, T, L).reshape(B, 1, r * T, L)
+        return self._masks[key]
+
+
 class PagedBatch:
     """Several sequences of one pool in one packed forward, with the bookkeeping done once for all
-    layers: pages are reserved (and copied on write) up front, then every layer writes all N new rows
-    with one scatter and reads all S = sum_b (length_b + n_b) rows with one gather through the flat
-    slot index page * p + slot. Same result as packing per-sequence ``PagedLayerView``s; fewer steps."""
+    layers. Pages are reserved (and copied on write) up front; the new rows of every layer are then
+    written with one scatter through their flat slot index page * p + slot.
+
+    Reading them back for attention, by ``attention_kernel`` (the pool's choice, see ``PagedKVCache``):
+    - "gather" (fast on a CPU): sequences are attended per sequence, not packed: one padded batch of
+      the decoding sequences (one query row each: the decode fast path) and one of the prefilling
+      ones; each gathers its keys with one index_select of precomputed slot indices into a
+      (B, g, L, d) tensor and runs torch's SDPA with a (B, T, L) causal mask. Work is B * T * L,
+      not N * sum of all lengths as in the packed layout below.
+    - "reference" / "triton": ``paged_attention_reference`` / ``companion.triton_paged.paged_attention``
+      over the packed query rows and the block tables (the Triton kernel reads K/V from the pages).
+    - None: the layers call ``update`` and attend over all sequences' keys laid end to end, with the
+      (N, S) block mask ``same_sequence`` (the packed layout of ``companion.cache.PackedBatchCache``);
+      MLA layers and layers with sinks, ALiBi or kept tokens always take this path.
+    """
 
     def __init__(self, owner: PagedKVCache, seqs: Sequence[PagedSequenceCache], new_lengths: Sequence[int]):
         p = owner.page_size
         for seq, n in zip(seqs, new_lengths):  # all allocation happens here, before any layer writes
             owner.manager.prepare_write(seq.table, seq.length, seq.length + n)
         self.owner, self.seqs, self.new_lengths = owner, list(seqs), list(new_lengths)
-        write_pages, write_slots, read, key_pos, q_seg, k_seg = [], [], [], [], [], []
-        for b, (seq, n) in enumerate(zip(seqs, new_lengths)):
-            table = torch.tensor(seq.table, dtype=torch.long)
-            new = torch.arange(seq.length, seq.length + n)
-            write_pages.append(table[new // p])
-            write_slots.append(new % p)
-            every = torch.arange(seq.length + n)
-            read.append(table[every // p] * p + every % p)
-            key_pos.append(every)
-            q_seg.append(torch.full((n,), b))
-            k_seg.append(torch.full((seq.length + n,), b))
-        self.write_pages, self.write_slots = torch.cat(write_pages), torch.cat(write_slots)
-        self.read_slots, self.key_positions = torch.cat(read), torch.cat(key_pos)
-        self.same_sequence = torch.cat(q_seg)[:, None] == torch.cat(k_seg)[None, :]  # (N, S)
-        # the same batch as block tables, for paged attention (``attend``): tables padded with page 0
+        device = owner.pool.device
+        starts = [seq.length for seq in seqs]
+        ends = [s + n for s, n in zip(starts, new_lengths)]
+        B = len(self.seqs)
+        # the block tables, padded with page 0 (never read: every key past a sequence's end is masked)
         width = max([len(seq.table) for seq in seqs] + [1])
-        self.block_tables = torch.tensor([seq.table + [0] * (width - len(seq.table)) for seq in seqs], dtype=torch.long).view(len(self.seqs), width)
-        self.seq_lens = torch.tensor([seq.length + n for seq, n in zip(seqs, new_lengths)], dtype=torch.long)
-        self.q_seq = torch.cat(q_seg).long() if q_seg else torch.zeros(0, dtype=torch.long)
-        self.q_pos = torch.cat([torch.arange(seq.length, seq.length + n) for seq, n in zip(seqs, new_lengths)]).long() if q_seg else torch.zeros(0, dtype=torch.long)
+        self.block_tables = torch.tensor([seq.table + [0] * (width - len(seq.table)) for seq in seqs], dtype=torch.long).view(B, width)
+        self.seq_lens = torch.tensor(ends, dtype=torch.long)
+        self.q_seq = torch.tensor([b for b, n in enumerate(new_lengths) for _ in range(n)], dtype=torch.long)
+        self.q_pos = torch.tensor([j for s, e in zip(starts, ends) for j in range(s, e)], dtype=torch.long)
+        # flat slot of logical position j of sequence b, all j the tables cover: table[b, j // p] * p + j % p
+        self._all_slots = ((self.block_tables * p)[:, :, None] + torch.arange(p)).view(B, width * p).to(device)
+        self.write_slots = self._all_slots[self.q_seq.to(device), self.q_pos.to(device)]  # (N,)
         self.layers_done = 0
+        self._groups: list[_Group] | None = None
+
+    # the packed layout (update path) ------------------------------------------------------------------
+    @cached_property
+    def read_slots(self) -> Tensor:
+        """(S,) flat slots of every stored row of every sequence, laid end to end (S = sum of lengths)."""
+        return torch.cat([self._all_slots[b, :n] for b, n in enumerate(self.seq_lens.tolist())])
+
+    @cached_property
+    def key_positions(self) -> Tensor:
+        return torch.cat([torch.arange(n) for n in self.seq_lens.tolist()]).to(self.owner.pool.device)
+
+    @cached_property
+    def same_sequence(self) -> Tensor:
+        """(N, S): query row n and key row s belong to the same sequence."""
+        k_seg = torch.repeat_interleave(torch.arange(len(self.seqs)), self.seq_lens)
+        return (self.q_seq[:, None] == k_seg[None, :]).to(self.owner.pool.device)
+
+    # the gather path --------------------------------------------------------------------------------
+    def groups(self) -> list[_Group]:
+        """The decoding sequences (one new row) as one padded batch, the prefilling ones as another."""
+        if self._groups is None:
+            self._groups = []
+            device = self.owner.pool.device
+            lens = self.new_lengths
+            ends = self.seq_lens.tolist()
+            first = [0]
+            for n in lens:
+                first.append(first[-1] + n)
+            for members in ([b for b, n in enumerate(lens) if n == 1], [b for b, n in enumerate(lens) if n > 1]):
+                if not members:
+                    continue
+                B, T = len(members), max(lens[b] for b in members)
+                L = max(ends[b] for b in members)
+                # padded query t of sequence b repeats its last row: a real position, so no softmax row is empty
+                rows = [[first[b] + min(t, lens[b] - 1) for t in range(T)] for b in members]
+                q_pos = [[ends[b] - lens[b] + min(t, lens[b] - 1) for t in range(T)] for b in members]
+                real = [i * T + t for i, b in enumerate(members) for t in range(lens[b])]
+                dest = [first[b] + t for b in members for t in range(lens[b])]
+                index = torch.tensor(members, device=device)
+                slots = self._all_slots.index_select(0, index)[:, :L].reshape(-1)
+                in_order = T == 1 and B == len(lens)  # every row, one per sequence, in packed order
+                as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+                self._groups.append(_Group(
+                    None if in_order else as_tensor(rows), as_tensor(q_pos), slots,
+                    None if in_order else as_tensor(real), None if in_order else as_tensor(dest), B, T, L,
+                ))
+        return self._groups
+
+    def _gather_attend(self, layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
+        """q (N, h, d) -> (N, h, d): each group gathers its keys and runs SDPA (see the class docstring)."""
+        pool = self.owner.pool
+        N, h, d = q.shape
+        out = None
+        for grp in self.groups():
+            k = pool.read_slots(layer, 0, grp.slots, q.dtype)  # (B * L, g, d)
+            v = pool.read_slots(layer, 1, grp.slots, q.dtype)
+            g = k.shape[1]
+            r, B, T, L = h // g, grp.B, grp.T, grp.L
+            k = k.view(B, L, g, -1).transpose(1, 2)  # (B, g, L, d)
+            v = v.view(B, L, g, -1).transpose(1, 2)
+            # query head i reads K/V head i // r: the r heads of a group become r * T query rows of one
+            # "head", so K/V are used as stored, never repeated (GQA without the copy)
+            qg = (q if grp.rows is None else q[grp.rows.view(-1)]).view(B, T, g, r, d).permute(0, 2, 3, 1, 4).reshape(B, g, r * T, d)
+            o = F.scaled_dot_product_attention(qg, k, v, attn_mask=grp.mask(window, r), scale=scale)  # (B, g, r * T, d_v)
+            o = o.view(B, g, r, T, -1).permute(0, 3, 1, 2, 4).reshape(B * T, h, -1)  # (B * T, h, d_v)
+            if grp.rows is None:
+                return o
+            if out is None:
+                out = o.new_empty(N, h, o.shape[-1])
+            out.index_copy_(0, grp.dest, o.index_select(0, grp.real))
+        return out
 
     def attend(self, layer: int, q: Tensor, *, kernel: str = "reference", window: int | None = None, scale: float | None = None) -> Tensor:
         """Causal attention of this batch's N new query rows q (N, h, d) over layer ``layer``'s pages,
-        after that layer has written its new K/V (``layer(i).update``). kernel: "reference" (gather
-        through the block tables, then attention, in PyTorch) or "triton" (``companion.triton_paged``:
+        after that layer has written its new K/V (``layer(i).update`` or ``layer(i).attend``).
+        kernel: "gather" (per-sequence padded batches, torch SDPA), "reference" (gather through the
+        block tables, then masked attention, in PyTorch) or "triton" (``companion.triton_paged``:
         reads K/V from the pages directly; CUDA, or TRITON_INTERPRET=1). Returns (N, h, d)."""
         if kernel not in PAGED_KERNELS:
             raise ValueError(f"kernel must be one of {PAGED_KERNELS}; got {kernel!r}")
         pool = self.owner.pool
-        if pool.bits is not None:
-            raise ValueError(f"paged attention reads float pages; this pool stores bits={pool.bits} (use the layer views instead)")
         if not 0 <= layer < self.owner.n_layers:
             raise ValueError(f"layer must be in [0, {self.owner.n_layers}); got {layer}")
-        k_pages, v_pages = pool.data[layer][0], pool.data[layer][1]
-        if k_pages.dim() != 4:
+        if len(pool.data[layer][0].shape) != 4:
             raise ValueError("paged attention needs K/V pages (n_pages, p, g, d); this layer caches an MLA latent")
+        if kernel == "gather":  # dequantises what it gathers: quantised pools too
+            return self._gather_attend(layer, q, window, scale)
+        if pool.bits is not None:
+            raise ValueError(f"kernel={kernel!r} reads float pages; this pool stores bits={pool.bits} (use kernel='gather' or the layer views)")
+        k_pages, v_pages = pool.data[layer][0], pool.data[layer][1]
         index = (self.block_tables, self.seq_lens, self.q_seq, self.q_pos)
         if kernel == "triton":  # reads the pool as it is: q must have the pool's dtype
             from .triton_paged import paged_attention
@@ -429,31 +571,53 @@ class PagedBatch:
     def layer(self, i: int) -> "PagedBatchLayerView":
         return PagedBatchLayerView(self, i)
 
+    def _written(self) -> None:
+        self.layers_done += 1
+        if self.layers_done == self.owner.n_layers:  # every layer has written: the sequences advance
+            for seq, n in zip(self.seqs, self.new_lengths):
+                seq.length += n
+
 
 class PagedBatchLayerView:
-    """Layer i of a ``PagedBatch``: the ``LayerCache`` protocol for packed rows (1, ..., N, d)."""
+    """Layer i of a ``PagedBatch``: the ``LayerCache`` protocol for packed rows (1, ..., N, d), plus
+    ``attend``, which the attention layer prefers when the pool has an ``attention_kernel``."""
 
     def __init__(self, batch: PagedBatch, layer: int):
         self.batch, self.layer_index = batch, layer
         self.length = 0  # positions are passed explicitly for packed batches
         self.same_sequence: Tensor | None = None
 
+    def _store(self, positions: Tensor, rows: Sequence[Tensor]) -> None:
+        batch, pool = self.batch, self.batch.owner.pool
+        if positions.shape[0] != batch.write_slots.shape[0]:
+            raise ValueError(f"this packed batch feeds {batch.write_slots.shape[0]} rows; got {positions.shape[0]}")
+        for i, r in enumerate(rows):
+            pool.write_slots(self.layer_index, i, batch.write_slots, r[0].movedim(-2, 0))
+
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         batch, pool = self.batch, self.batch.owner.pool
-        if positions.shape[0] != batch.write_pages.shape[0]:
-            raise ValueError(f"this packed batch feeds {batch.write_pages.shape[0]} rows; got {positions.shape[0]}")
-        for i, r in enumerate(rows):
-            pool.write(self.layer_index, i, batch.write_pages, batch.write_slots, r[0].movedim(-2, 0))
+        self._store(positions, rows)
         out = tuple(
             pool.read_slots(self.layer_index, i, batch.read_slots, r.dtype).movedim(0, -2).unsqueeze(0).to(r.device)
             for i, r in enumerate(rows)
         )
         self.same_sequence = batch.same_sequence.to(positions.device)
-        batch.layers_done += 1
-        if batch.layers_done == batch.owner.n_layers:  # every layer has written: the sequences advance
-            for seq, n in zip(batch.seqs, batch.new_lengths):
-                seq.length += n
+        batch._written()
         return batch.key_positions.to(positions.device), out
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None, backend: str = "auto") -> Tensor | None:
+        """Store k, v (1, g, N, d) and return causal attention (sliding window ``window``) of q
+        (1, h, N, d) over each row's own sequence, (1, h, N, d); or None, having stored nothing, when
+        the pool has no attention kernel or the layer asked for a backend the kernel does not provide
+        (the layer then calls ``update`` and attends itself)."""
+        batch = self.batch
+        kernel = batch.owner.attention_kernel
+        if kernel is None or (kernel == "gather" and backend not in ("auto", "sdpa")):
+            return None
+        self._store(positions, (k, v))
+        out = batch.attend(self.layer_index, q[0].transpose(0, 1), kernel=kernel, window=window)  # (N, h, d)
+        batch._written()
+        return out.transpose(0, 1).unsqueeze(0)
 
 
 # ----------------------------------------------------------------------------------------------

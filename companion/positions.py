@@ -163,6 +163,8 @@ class RotaryEmbedding(nn.Module):
     x' = x * cos(m theta) + rotate_half(x) * sin(m theta), times the YaRN temperature factor.
     """
 
+    TABLE_LIMIT = 1 << 15  # positions up to this are looked up in a table of cos / sin; beyond, computed
+
     def __init__(
         self,
         head_dim: int,
@@ -175,20 +177,45 @@ class RotaryEmbedding(nn.Module):
         inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len)
         self.head_dim, self.base, self.scaling, self.factor, self.mscale = head_dim, base, scaling, factor, mscale
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # Not state, only speed (decoding asks for a few rows per layer and step): a table of cos / sin
+        # for positions 0..n-1, rebuilt when inv_freq changes (its version, dtype or device).
+        self._table: tuple[tuple, Tensor, Tensor] | None = None
+
+    def _angles(self, positions: Tensor) -> Tensor:
+        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]  # (T, d_h/2)
+        return torch.cat((angles, angles), dim=-1)  # channel i and i + d/2 share theta_i
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor."""
         _check_positions(positions)
-        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]  # (T, d_h/2)
-        angles = torch.cat((angles, angles), dim=-1)  # channel i and i + d/2 share theta_i
-        return angles.cos() * self.mscale, angles.sin() * self.mscale
+        # The table needs max(positions) on the host: free on a CPU, a device sync on a GPU (where the
+        # direct formula is one fused-enough kernel anyway), so only CPU positions use it.
+        n = int(positions.max()) + 1 if positions.numel() and positions.device.type == "cpu" else 0
+        if not 0 < n <= self.TABLE_LIMIT:
+            angles = self._angles(positions)
+            return angles.cos() * self.mscale, angles.sin() * self.mscale
+        version = None if self.inv_freq.is_inference() else self.inv_freq._version  # inference tensors have none
+        key = (version, self.inv_freq.dtype, self.inv_freq.device)
+        if self._table is None or self._table[0] != key or self._table[1].shape[0] < n:
+            size = min(self.TABLE_LIMIT, max(256, 1 << (n - 1).bit_length()))  # grow by doubling
+            with torch.inference_mode(False):  # a plain tensor even when first asked under inference_mode
+                angles = self._angles(torch.arange(size, device=self.inv_freq.device))
+                self._table = (key, angles.cos() * self.mscale, angles.sin() * self.mscale)
+        index = positions.to(self._table[1].device, torch.long)
+        return self._table[1].index_select(0, index), self._table[2].index_select(0, index)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:  # (..., T, d_h), (T,) -> (..., T, d_h)
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"RoPE was built for head_dim={self.head_dim}; got last dim {x.shape[-1]}")
         if x.shape[-2] != positions.shape[0]:
             raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={x.shape[-2]}")
-        cos, sin = self.cos_sin(positions.to(x.device))
+        return self.rotate(x, *self.cos_sin(positions.to(x.device)))
+
+    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """x (..., T, d_h) rotated with the rows of ``cos_sin`` (T, d_h): lets queries and keys at the
+        same positions share one lookup."""
+        if x.shape[-1] != self.head_dim or x.shape[-2] != cos.shape[0]:
+            raise ValueError(f"x must be (..., T={cos.shape[0]}, head_dim={self.head_dim}); got {tuple(x.shape)}")
         return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
     def extra_repr(self) -> str:

@@ -33,6 +33,7 @@ def serve_benchmark(
     start = time.perf_counter()
     sequential = [generate(model, p, params, cache="contiguous").tokens[0] for p in prompts]
     t_seq = time.perf_counter() - start
+    # the page pool is allocated at start-up, before the clock starts (as a server does)
     engine = Engine(model, page_size=page_size, max_batch_tokens=max_batch_tokens, max_seqs=n_requests)
     start = time.perf_counter()
     outs = engine.generate(prompts, params)

@@ -51,11 +51,16 @@ class Engine:
         page_size: p, token slots per page. n_pages: pool size (default: max_seqs full contexts).
         max_seqs: sequences running at once. kv_bits: None, 8 or 4 (quantised pages).
         prefix_sharing: map registered full prompt pages instead of recomputing them.
+        attention_kernel: how attention reads the pages (paged cache only): "gather" (per-sequence
+            padded batches, torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
+            "triton" (``companion.triton_paged``: CUDA, or TRITON_INTERPRET=1), or None (all sequences
+            packed into one row with a block mask). See ``companion.paged.PagedBatch``.
     """
 
     def __init__(
         self, model: nn.Module, tokenizer=None, *, cache: str = "paged", max_batch_tokens: int = 256, page_size: int = 16,
         n_pages: int | None = None, max_seqs: int = 32, kv_bits: int | None = None, prefix_sharing: bool = True,
+        attention_kernel: str | None = "gather",
     ):
         if cache not in CACHES:
             raise ValueError(f"cache must be one of {CACHES}; got {cache!r}")
@@ -75,7 +80,10 @@ class Engine:
                 raise ValueError(f"n_pages must be >= 1; got {n_pages}")
             dtype = next(model.parameters()).dtype
             device = next(model.parameters()).device
-            self.kv = PagedKVCache(model, n_pages, page_size, bits=kv_bits, dtype=dtype, device=device, prefix_sharing=prefix_sharing)
+            self.kv = PagedKVCache(
+                model, n_pages, page_size, bits=kv_bits, dtype=dtype, device=device, prefix_sharing=prefix_sharing,
+                attention_kernel=attention_kernel,
+            )
         self.scheduler = Scheduler(model, self.kv, max_batch_tokens, max_seqs)
         self.runner = Runner(model)
         self.sequences: list[Sequence] = []
@@ -123,18 +131,19 @@ class Engine:
             if self.scheduler.has_work():
                 raise RuntimeError("no sequence could be scheduled although requests wait: the pool cannot hold any of them")
             return []
-        self.stats["tokens_fed"] += sum(n for _, n in batch)
-        self.stats["prefill_tokens_fed"] += sum(n for seq, n in batch if not seq.output)
+        fed = sum(n for _, n in batch)
+        self.stats["tokens_fed"] += fed
+        if fed != len(batch):  # some sequence is prefilling
+            self.stats["prefill_tokens_fed"] += sum(n for seq, n in batch if not seq.output)
         new = self.runner.run(batch)
         self.steps += 1
         if self.kv is not None:
             self.stats["peak_pages"] = max(self.stats["peak_pages"], self.kv.n_pages - self.kv.n_free)
-        for seq, _ in batch:
-            if self.kv is not None:
+            for seq, _ in batch:
                 seq.cache.commit(seq.tokens)  # name newly full pages for prefix sharing
         events = []
         for seq, tok in new:
-            seq.output.append(tok)
+            seq.append(tok)
             if seq.first_token_time is None:
                 seq.first_token_time = time.perf_counter()
             events.append((seq.id, tok))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..generate import packed_forward, sample
+from ..generate import packed_forward, sample_rows
 from .sequence import Sequence
 
 __all__ = ["Runner"]
@@ -15,13 +15,17 @@ class Runner:
     def __init__(self, model):
         self.model = model
 
-    @torch.no_grad()
+    @torch.inference_mode()  # no autograd bookkeeping at all (a little cheaper than no_grad per op)
     def run(self, batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:
         """Feed tokens[computed : computed + n] of every (seq, n); return (seq, new token) pairs."""
         chunks = [seq.tokens[seq.computed : seq.computed + n] for seq, n in batch]
         logits = packed_forward(self.model, [seq.cache for seq, _ in batch], chunks)  # (B, V)
-        out = []
-        for row, (seq, _) in enumerate(batch):
-            if seq.pending == 0:  # fed everything it had: its last row's logits predict the next token
-                out.append((seq, sample(logits[row], seq.params, seq.generator)))
-        return out
+        # a sequence that fed everything it had: its last row's logits predict its next token
+        ready = [row for row, (seq, _) in enumerate(batch) if seq.pending == 0]
+        if not ready:
+            return []
+        if len(ready) != len(batch):
+            logits = logits[torch.tensor(ready, dtype=torch.long, device=logits.device)]
+        seqs = [batch[row][0] for row in ready]
+        tokens = sample_rows(logits, [seq.params for seq in seqs], [seq.generator for seq in seqs])
+        return list(zip(seqs, tokens))

@@ -38,10 +38,15 @@ class Sequence:
     finish_time: float | None = None
     finish_reason: str = ""
     preemptions: int = 0
+    tokens: list[int] = field(init=False)  # prompt + output, kept in step by ``append``
 
-    @property
-    def tokens(self) -> list[int]:
-        return self.prompt + self.output
+    def __post_init__(self) -> None:
+        self.tokens = list(self.prompt) + list(self.output)
+
+    def append(self, token: int) -> None:
+        """A generated token (one list append: the engine calls this for every sequence every step)."""
+        self.output.append(token)
+        self.tokens.append(token)
 
     @property
     def computed(self) -> int:
@@ -49,4 +54,4 @@ class Sequence:
 
     @property
     def pending(self) -> int:
-        return len(self.prompt) + len(self.output) - self.computed
+        return len(self.tokens) - self.computed
