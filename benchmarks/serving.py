@@ -187,7 +187,9 @@ def bench_throughput(n_requests=16, new=32, d_model=128, n_layers=4) -> dict:
 
 
 @torch.no_grad()
-def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range=(8, 64)) -> dict:
+def bench_hf(
+    n_requests=16, new=32, d_model=128, n_layers=4, n_heads=4, reps=5, mixed_range=(8, 64), compiled=True, hf_compiled=True,
+) -> dict:
     """The same weights in transformers (``companion.hf.to_hf``): its batched generate() (left padding,
     greedy, sdpa, use_cache) against the Engine on the same prompts, two workloads in one run:
 
@@ -196,11 +198,16 @@ def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range
       batch to the longest request (what a user of generate() does with such a batch) and the user
       keeps each request's first n_i tokens; the engine retires each request when it is done.
 
+    Runs: transformers eager (what a user picks), the Engine eager ("gather" kernel) and, with
+    ``compiled``, ``Engine(compile=True)`` (torch.compile'd decode steps); with ``hf_compiled``,
+    transformers with its own compile (``cache_implementation="static"`` + ``CompileConfig``, which
+    generate() compiles the decode forward with; on a CPU only when asked to, ``_compile_all_devices``).
+
     Generated tokens/s counts the tokens the requests asked for (sum of n_i) over the wall time.
-    Repetitions are interleaved (transformers, engine, packed engine, per workload, per round) after
-    one untimed warm-up round of each; the table shows medians. Each engine run gets a fresh Engine
-    (page pool allocated before the clock starts, as a server does at start-up; no prefix pages
-    carried over between runs)."""
+    Repetitions are interleaved (every run, per workload, per round) after one untimed warm-up round,
+    which also compiles: its wall time minus the timed median is reported as the compile time. Medians.
+    Each engine run gets a fresh Engine (page pool allocated before the clock starts, as a server does
+    at start-up; no prefix pages carried over; compiled graphs are shared, built in the warm-up)."""
     import statistics
 
     import transformers
@@ -208,7 +215,7 @@ def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range
     from companion.hf import to_hf
 
     torch.manual_seed(4)
-    model = from_preset("llama-like", d_model=d_model, n_layers=n_layers, max_seq_len=512).eval()
+    model = from_preset("llama-like", d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=512).eval()
     hf = to_hf(model, attn_implementation="sdpa").eval()
     rng = random.Random(4)
     prompts = [[rng.randrange(256) for _ in range(rng.randint(16, 64))] for _ in range(n_requests)]
@@ -219,38 +226,53 @@ def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range
     for b, p in enumerate(prompts):  # left padding: every prompt ends at column L - 1
         ids[b, L - len(p) :], att[b, L - len(p) :] = torch.tensor(p), 1
 
-    def run_hf(lens):
+    def run_hf(lens, compile_):
         n = max(lens)
+        kw = {}
+        if compile_:
+            cc = transformers.CompileConfig(mode="default")  # "reduce-overhead" means CUDA graphs
+            cc._compile_all_devices = True  # generate() compiles on CUDA only unless told
+            kw = dict(cache_implementation="static", compile_config=cc)
         start = time.perf_counter()
-        out = hf.generate(ids, attention_mask=att, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, use_cache=True)
+        out = hf.generate(ids, attention_mask=att, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, use_cache=True, **kw)
         wall = time.perf_counter() - start
         return wall, [row[:k] for row, k in zip(out[:, L:].tolist(), lens)]
 
-    def run_engine(lens, kernel):
-        engine = Engine(model, page_size=16, max_batch_tokens=1024, max_seqs=n_requests, attention_kernel=kernel)
+    def run_engine(lens, compile_):
+        engine = Engine(model, page_size=16, max_batch_tokens=1024, max_seqs=n_requests, compile=compile_)
         params = [SamplingParams(max_new_tokens=k) for k in lens]
         start = time.perf_counter()
         outs = engine.generate(prompts, params)
         return time.perf_counter() - start, [o.tokens for o in outs]
 
-    runs = {"hf": lambda lens: run_hf(lens), "engine": lambda lens: run_engine(lens, "gather"),
-            "packed": lambda lens: run_engine(lens, None)}
+    runs = {"hf": lambda lens: run_hf(lens, False)}
+    if hf_compiled:
+        runs["hf_c"] = lambda lens: run_hf(lens, True)
+    runs["engine"] = lambda lens: run_engine(lens, False)
+    if compiled:
+        runs["engine_c"] = lambda lens: run_engine(lens, True)
+    names = {"hf": "transformers generate, eager (static batch, left padding)",
+             "hf_c": "transformers generate, static cache + torch.compile",
+             "engine": "companion Engine, eager (paged, per-sequence gather + SDPA)",
+             "engine_c": "companion Engine, compile=True (compiled decode step)"}
     times = {(w, r): [] for w in workloads for r in runs}
+    first = {}
     tokens = {}
-    for rnd in range(reps + 1):  # round 0: warm-up, not timed
+    for rnd in range(reps + 1):  # round 0: warm-up (and compilation), not timed
         for w, lens in workloads.items():
             for r, fn in runs.items():
                 wall, toks = fn(lens)
                 tokens[w, r] = toks
                 if rnd:
                     times[w, r].append(wall)
+                else:
+                    first[w, r] = wall
     print(f"\n### Against transformers {transformers.__version__} generate(): {n_requests} requests (prompts 16..64), "
-          f"llama-like d={d_model}, {n_layers} layers, {torch.get_num_threads()} thread(s), median of {reps} interleaved rounds\n")
-    print("| workload | run | wall s | generated tokens/s | vs transformers | per-round range | identical to transformers |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          f"llama-like d={d_model}, {n_layers} layers, {n_heads} heads ({model.num_parameters() / 1e6:.2f}M parameters), "
+          f"{torch.get_num_threads()} thread(s), median of {reps} interleaved rounds\n")
+    print("| workload | run | wall s | generated tokens/s | vs transformers eager | per-round range | identical to transformers | warm-up s (compile) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     result = {}
-    names = {"hf": "transformers generate (static batch, left padding)", "engine": "companion Engine (paged, per-sequence gather + SDPA)",
-             "packed": "companion Engine (paged, packed block-mask attention)"}
     for w, lens in workloads.items():
         total = sum(lens)
         label = f"{w}: {new} new each" if w == "equal" else f"mixed: {min(lens)}..{max(lens)} new (sum {total})"
@@ -259,15 +281,37 @@ def bench_hf(n_requests=16, new=32, d_model=128, n_layers=4, reps=5, mixed_range
             ratios = [h / e for h, e in zip(times[w, "hf"], times[w, r])]
             same = sum(a == b for a, b in zip(tokens[w, r], tokens[w, "hf"]))
             result[w, r] = total / med
+            warm = f"{first[w, r]:.1f} ({first[w, r] - med:.1f})" if r.endswith("_c") else f"{first[w, r]:.2f}"
             print(f"| {label} | {names[r]} | {med:.3f} | {total / med:.0f} | {statistics.median(times[w, 'hf']) / med:.2f}x | "
-                  f"{min(ratios):.2f}-{max(ratios):.2f} | {same}/{n_requests} |")
+                  f"{min(ratios):.2f}-{max(ratios):.2f} | {same}/{n_requests} | {warm} |")
+    print("\nwarm-up s: the untimed first run; for the compiled runs (in parentheses) minus the timed median, i.e. the compile time.")
+    if compiled:
+        for w in workloads:
+            same = sum(a == b for a, b in zip(tokens[w, "engine_c"], tokens[w, "engine"]))
+            print(f"compiled engine tokens identical to the eager engine's, {w}: {same}/{n_requests}")
     for w in workloads:
-        ratio = result[w, "engine"] / result[w, "hf"]
-        print(f"\nGoal (engine >= 2x transformers' generated tokens/s), {w} workload: {'met' if ratio >= 2 else 'NOT met'} ({ratio:.2f}x).")
+        for r in [r for r in ("engine", "engine_c") if r in runs]:
+            for base in [b for b in ("hf", "hf_c") if b in runs]:
+                ratio = result[w, r] / result[w, base]
+                print(f"Goal (>= 2x), {w}, {'eager' if r == 'engine' else 'compiled'} engine vs transformers "
+                      f"{'eager' if base == 'hf' else 'compiled'}: {'met' if ratio >= 2 else 'NOT met'} ({ratio:.2f}x)")
     return result
 
 
-BENCHES = {"hf": bench_hf, "decode": bench_decode, "memory": bench_memory, "prefix": bench_prefix, "quant": bench_quant, "scores": bench_quant_scores, "throughput": bench_throughput}
+def bench_hf_sizes() -> None:
+    """``hf`` at the toy size (d=128, 4 layers: eager and compiled, both stacks) and at a size where
+    arithmetic outweighs the per-op overhead (d=512, 8 layers: eager only, to bound the time).
+    For compile times as a first user sees them, run with an empty inductor cache:
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) .venv/bin/python benchmarks/serving.py hf"""
+    start = time.perf_counter()
+    bench_hf()
+    print(f"\n(toy size: {time.perf_counter() - start:.0f} s)")
+    start = time.perf_counter()
+    bench_hf(d_model=512, n_layers=8, n_heads=8, compiled=False, hf_compiled=False)
+    print(f"\n(d=512: {time.perf_counter() - start:.0f} s)")
+
+
+BENCHES = {"hf": bench_hf_sizes, "decode": bench_decode, "memory": bench_memory, "prefix": bench_prefix, "quant": bench_quant, "scores": bench_quant_scores, "throughput": bench_throughput}
 
 if __name__ == "__main__":
     which = sys.argv[1:] or ["all"]

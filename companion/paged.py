@@ -43,8 +43,11 @@ What this module provides
   PyTorch reference of paged attention (gather through the block tables, then masked attention), and
   ``check_paged_attention_args``, the argument rules it shares with the Triton kernel
   (``companion.triton_paged.paged_attention``, which reads K/V from the pages without the gather).
-  ``PagedBatch.attend(layer, q, kernel="gather" | "reference" | "triton")`` runs any of them on a
-  packed batch; the attention layers reach it through ``PagedBatchLayerView.attend``.
+  ``PagedBatch.attend(layer, q, kernel="gather" | "reference" | "triton" | "flex")`` runs any of them
+  on a packed batch; the attention layers reach it through ``PagedBatchLayerView.attend``.
+- ``paged_flex_mask_mod`` / ``flex_logical_pages``: paged attention as torch's flex_attention over the
+  whole page pool, with a block mask that maps each pool slot back to a position of the query's
+  sequence (``attention_kernel="flex"``; compiled on CUDA, the unfused eager flex_attention on a CPU).
 """
 
 from __future__ import annotations
@@ -64,9 +67,10 @@ from .kvquant import BITS, dequantize, quantize
 __all__ = [
     "kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch",
     "PoolExhausted", "model_namespace", "paged_attention_reference", "check_paged_attention_args", "PAGED_KERNELS",
+    "paged_flex_mask_mod", "flex_logical_pages", "flex_block_mask",
 ]
 
-PAGED_KERNELS = ("gather", "reference", "triton")
+PAGED_KERNELS = ("gather", "reference", "triton", "flex")
 _ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -284,7 +288,10 @@ class PagedKVCache:
         prefix_sharing: look up and register full pages by their hash chain.
         attention_kernel: how the attention layers of a packed batch (``pack``) read the pages, one of
             ``PAGED_KERNELS`` or None; see ``PagedBatch``. "gather" (default) is the fast path on a
-            CPU; "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference".
+            CPU; "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference";
+            "flex" (torch's flex_attention over the pool, float pages) is meant for CUDA, where it is
+            compiled; on a CPU it runs unfused (every query against every pool slot: a check, not a
+            fast path).
     """
 
     def __init__(
@@ -298,8 +305,10 @@ class PagedKVCache:
             raise ValueError(f"n_pages must be >= 1; got {n_pages}")
         if attention_kernel is not None and attention_kernel not in PAGED_KERNELS:
             raise ValueError(f"attention_kernel must be None or one of {PAGED_KERNELS}; got {attention_kernel!r}")
-        if attention_kernel in ("reference", "triton") and bits is not None:
+        if attention_kernel in ("reference", "triton", "flex") and bits is not None:
             raise ValueError(f"attention_kernel={attention_kernel!r} reads float pages; with bits={bits} use 'gather' or None")
+        if attention_kernel == "flex" and _flex_attention() is None:
+            raise ValueError(f"attention_kernel='flex' needs torch.nn.attention.flex_attention (torch >= 2.5); torch is {torch.__version__}")
         self.model, self.page_size, self.dtype, self.prefix_sharing = model, page_size, dtype, prefix_sharing
         self.attention_kernel = attention_kernel
         self.n_layers = len(kv_token_shapes(model))
@@ -432,6 +441,23 @@ class _Group:
             self._masks[key] = allowed[:, None, None].expand(B, 1, r, T, L).reshape(B, 1, r * T, L)
         return self._masks[key]
 
+    def attend(self, pool: "PagePool", layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
+        """q (B * T, h, d), the group's query rows in (b, t) order -> (B * T, h, d_v): gather the
+        group's keys of layer ``layer`` from ``pool`` and run SDPA with ``mask``. Tensor ops only (the
+        compiled decode step of ``companion.engine.compiled`` runs it with symbolic B and L)."""
+        h, d = q.shape[1], q.shape[2]
+        k = pool.read_slots(layer, 0, self.slots, q.dtype)  # (B * L, g, d)
+        v = pool.read_slots(layer, 1, self.slots, q.dtype)
+        g = k.shape[1]
+        r, B, T, L = h // g, self.B, self.T, self.L
+        k = k.view(B, L, g, -1).transpose(1, 2)  # (B, g, L, d)
+        v = v.view(B, L, g, -1).transpose(1, 2)
+        # query head i reads K/V head i // r: the r heads of a group become r * T query rows of one
+        # "head", so K/V are used as stored, never repeated (GQA without the copy)
+        qg = q.view(B, T, g, r, d).permute(0, 2, 3, 1, 4).reshape(B, g, r * T, d)
+        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.mask(window, r), scale=scale)  # (B, g, r * T, d_v)
+        return o.view(B, g, r, T, -1).permute(0, 3, 1, 2, 4).reshape(B * T, h, -1)
+
 
 class PagedBatch:
     """Several sequences of one pool in one packed forward, with the bookkeeping done once for all
@@ -444,6 +470,9 @@ class PagedBatch:
       ones; each gathers its keys with one index_select of precomputed slot indices into a
       (B, g, L, d) tensor and runs torch's SDPA with a (B, T, L) causal mask. Work is B * T * L,
       not N * sum of all lengths as in the packed layout below.
+    - "flex": torch's flex_attention of the packed query rows over every slot of the pool, with a
+      BlockMask from ``paged_flex_mask_mod`` (see there); on CUDA it is compiled into one fused kernel
+      that skips the pool blocks no query may read; on a CPU the unfused (dense) reference runs.
     - "reference" / "triton": ``paged_attention_reference`` / ``companion.triton_paged.paged_attention``
       over the packed query rows and the block tables (the Triton kernel reads K/V from the pages).
     - None: the layers call ``update`` and attend over all sequences' keys laid end to end, with the
@@ -471,6 +500,7 @@ class PagedBatch:
         self.write_slots = self._all_slots[self.q_seq.to(device), self.q_pos.to(device)]  # (N,)
         self.layers_done = 0
         self._groups: list[_Group] | None = None
+        self._flex_masks: dict = {}
 
     # the packed layout (update path) ------------------------------------------------------------------
     @cached_property
@@ -525,17 +555,7 @@ class PagedBatch:
         N, h, d = q.shape
         out = None
         for grp in self.groups():
-            k = pool.read_slots(layer, 0, grp.slots, q.dtype)  # (B * L, g, d)
-            v = pool.read_slots(layer, 1, grp.slots, q.dtype)
-            g = k.shape[1]
-            r, B, T, L = h // g, grp.B, grp.T, grp.L
-            k = k.view(B, L, g, -1).transpose(1, 2)  # (B, g, L, d)
-            v = v.view(B, L, g, -1).transpose(1, 2)
-            # query head i reads K/V head i // r: the r heads of a group become r * T query rows of one
-            # "head", so K/V are used as stored, never repeated (GQA without the copy)
-            qg = (q if grp.rows is None else q[grp.rows.view(-1)]).view(B, T, g, r, d).permute(0, 2, 3, 1, 4).reshape(B, g, r * T, d)
-            o = F.scaled_dot_product_attention(qg, k, v, attn_mask=grp.mask(window, r), scale=scale)  # (B, g, r * T, d_v)
-            o = o.view(B, g, r, T, -1).permute(0, 3, 1, 2, 4).reshape(B * T, h, -1)  # (B * T, h, d_v)
+            o = grp.attend(pool, layer, q if grp.rows is None else q[grp.rows.view(-1)], window, scale)  # (B * T, h, d_v)
             if grp.rows is None:
                 return o
             if out is None:
@@ -547,8 +567,9 @@ class PagedBatch:
         """Causal attention of this batch's N new query rows q (N, h, d) over layer ``layer``'s pages,
         after that layer has written its new K/V (``layer(i).update`` or ``layer(i).attend``).
         kernel: "gather" (per-sequence padded batches, torch SDPA), "reference" (gather through the
-        block tables, then masked attention, in PyTorch) or "triton" (``companion.triton_paged``:
-        reads K/V from the pages directly; CUDA, or TRITON_INTERPRET=1). Returns (N, h, d)."""
+        block tables, then masked attention, in PyTorch), "triton" (``companion.triton_paged``:
+        reads K/V from the pages directly; CUDA, or TRITON_INTERPRET=1) or "flex" (flex_attention over
+        the pool with a block mask, ``paged_flex_mask_mod``). Returns (N, h, d)."""
         if kernel not in PAGED_KERNELS:
             raise ValueError(f"kernel must be one of {PAGED_KERNELS}; got {kernel!r}")
         pool = self.owner.pool
@@ -566,10 +587,46 @@ class PagedBatch:
             from .triton_paged import paged_attention
 
             return paged_attention(q, k_pages, v_pages, *(t.to(q.device) for t in index), scale=scale, window=window)
+        if kernel == "flex":
+            return self._flex_attend(layer, q.to(k_pages.dtype), window, scale).to(q.dtype)
         return paged_attention_reference(q, k_pages.to(q.dtype), v_pages.to(q.dtype), *index, scale=scale, window=window)
+
+    def flex_block_mask(self, window: int | None):
+        """The BlockMask of this batch (N query rows against every slot of the pool), one per window,
+        built once per step and shared by the layers."""
+        if window not in self._flex_masks:
+            device = self.owner.pool.device
+            pool = self.owner.pool.data[0][0]
+            logical = flex_logical_pages([seq.table for seq in self.seqs], pool.shape[0]).to(device)
+            mask_mod = paged_flex_mask_mod(self.q_seq.to(device), self.q_pos.to(device), logical, self.owner.page_size, window)
+            self._flex_masks[window] = flex_block_mask(mask_mod, self.q_seq.shape[0], pool.shape[0] * pool.shape[1], device)
+        return self._flex_masks[window]
+
+    def _flex_attend(self, layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
+        """q (N, h, d) -> (N, h, d): flex_attention of the packed rows over the whole pool, viewed as
+        one sequence of n_pages * p keys (no gather: the block mask says which slots each row reads)."""
+        pool = self.owner.pool
+        k_pages, v_pages = pool.data[layer][0], pool.data[layer][1]
+        n_pages, p, g, d = k_pages.shape
+        k = k_pages.view(1, n_pages * p, g, d).transpose(1, 2)  # (1, g, S_pool, d), a view
+        v = v_pages.view(1, n_pages * p, g, -1).transpose(1, 2)
+        flex = _flex_attention(compiled=q.device.type == "cuda")
+        out = flex(q.transpose(0, 1)[None], k, v, block_mask=self.flex_block_mask(window), scale=scale, enable_gqa=g != q.shape[1])
+        return out[0].transpose(0, 1)
 
     def layer(self, i: int) -> "PagedBatchLayerView":
         return PagedBatchLayerView(self, i)
+
+    @property
+    def all_slots(self) -> Tensor:
+        """(B, max_pages * p): the flat pool slot of every position the block tables cover."""
+        return self._all_slots
+
+    def advance(self) -> None:
+        """Every layer has written its new rows (a caller that wrote the pages itself, like the compiled
+        decode step of ``companion.engine.compiled``): the sequences advance by their new lengths."""
+        while self.layers_done < self.owner.n_layers:
+            self._written()
 
     def _written(self) -> None:
         self.layers_done += 1
@@ -618,6 +675,98 @@ class PagedBatchLayerView:
         out = batch.attend(self.layer_index, q[0].transpose(0, 1), kernel=kernel, window=window)  # (N, h, d)
         batch._written()
         return out.transpose(0, 1).unsqueeze(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Paged attention with torch's flex_attention: a block mask over the page pool
+# ----------------------------------------------------------------------------------------------
+
+_flex_compiled = None
+
+
+def _flex_attention(compiled: bool = False, create: bool = False):
+    """torch's flex_attention (compiled: torch.compile'd once, for CUDA), or ``create_block_mask``
+    with create=True; None when this torch has no flex_attention."""
+    global _flex_compiled
+    try:
+        from torch.nn.attention import flex_attention as fa
+    except ImportError:
+        return None
+    if create:
+        return fa.create_block_mask
+    if not compiled:
+        return _flex_eager
+    if _flex_compiled is None:
+        # default (automatic) dynamic shapes. Not used on a CPU: there, in torch 2.13, the compiled flex
+        # kernel works for static shapes but its C++ template fails to build once shapes turn dynamic
+        # (CppCompileError, "cur_kvSplitSize7 was not declared"), and the query count changes every step
+        _flex_compiled = torch.compile(fa.flex_attention)
+    return _flex_compiled
+
+
+def _flex_eager(*args, **kwargs):
+    """flex_attention uncompiled (dense scores: the CPU check path), without its once-per-process
+    advice to compile it."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        return flex_attention(*args, **kwargs)
+
+
+def flex_block_mask(mask_mod, n_q: int, n_kv: int, device, block: int = 128):
+    """A flex_attention BlockMask for ``mask_mod`` over n_q query rows and n_kv keys, built from the
+    dense (n_q, n_kv) mask that ``mask_mod`` gives on broadcast index tensors (one vectorised call;
+    ``create_block_mask`` evaluates it under nested vmaps, far slower in eager mode): blocks of
+    ``block`` x ``block`` with some readable entry are partial, those with only readable entries full."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    dense = mask_mod(None, None, torch.arange(n_q, device=device)[:, None], torch.arange(n_kv, device=device)[None, :])
+    nq, nk = -(-n_q // block), -(-n_kv // block)
+    padded = torch.zeros(nq * block, nk * block, dtype=torch.bool, device=device)
+    padded[:n_q, :n_kv] = dense
+    blocks = padded.view(nq, block, nk, block)
+    any_, full = blocks.any(3).any(1), blocks.all(3).all(1)  # (nq, nk)
+    partial = any_ & ~full
+
+    def as_kv_blocks(which):  # per query block: how many, and which kv blocks (listed first)
+        order = torch.argsort((~which).to(torch.int8), dim=-1, stable=True)
+        return which.sum(-1).to(torch.int32)[None, None], order.to(torch.int32)[None, None]
+
+    return BlockMask.from_kv_blocks(*as_kv_blocks(partial), *as_kv_blocks(full), BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n_q, n_kv))
+
+
+def flex_logical_pages(tables: Sequence[Sequence[int]], n_pages: int) -> Tensor:
+    """(B, n_pages) long: entry [b, page] = k when physical ``page`` is logical page k of sequence b
+    (tables[b][k] == page), else -1. The inverse of the block tables, per sequence (a page shared by
+    several sequences has an entry in each of their rows)."""
+    logical = torch.full((len(tables), n_pages), -1, dtype=torch.long)
+    for b, table in enumerate(tables):
+        if table:
+            logical[b, torch.tensor(table, dtype=torch.long)] = torch.arange(len(table))
+    return logical
+
+
+def paged_flex_mask_mod(q_seq: Tensor, q_pos: Tensor, logical_pages: Tensor, page_size: int, window: int | None = None):
+    """The flex_attention ``mask_mod(b, h, q_idx, kv_idx)`` of paged attention over a whole pool whose
+    slots are laid end to end (kv_idx = page * p + offset): query row q_idx (sequence q_seq[q_idx], at
+    position q_pos[q_idx]) may read slot kv_idx when that slot's page is logical page k of its own
+    sequence (``flex_logical_pages``), i.e. the slot holds position j = k * p + offset, and
+    j <= q_pos (causal; this also hides every slot past the sequence's end) and, with a window,
+    q_pos - j < window. Tensor ops only: it runs under flex's vmap and on plain broadcast index
+    tensors alike (the tests build the dense (N, S) mask with it)."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        k = logical_pages[q_seq[q_idx], kv_idx // page_size]
+        j = k * page_size + kv_idx % page_size
+        allowed = (k >= 0) & (j <= q_pos[q_idx])
+        if window is not None:
+            allowed = allowed & (q_pos[q_idx] - j < window)
+        return allowed
+
+    return mask_mod
 
 
 # ----------------------------------------------------------------------------------------------

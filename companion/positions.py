@@ -40,12 +40,21 @@ __all__ = [
 ROPE_SCALINGS = (None, "pi", "ntk", "yarn")
 
 
+def compiling() -> bool:
+    """True while torch.compile traces the code: value checks that read a tensor on the host (a
+    data-dependent branch, a graph break) are skipped there: the caller of a compiled step checks its inputs."""
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling is not None and is_compiling())
+
+
 def _check_positions(positions: Tensor, limit: int | None = None, what: str = "positions") -> None:
     if positions.dim() != 1 or positions.dtype in (torch.float16, torch.float32, torch.float64, torch.bfloat16):
         raise ValueError(f"{what} must be a 1-D integer tensor of absolute positions; got {positions.dtype} {tuple(positions.shape)}")
-    if positions.numel() and int(positions.min()) < 0:
+    if not positions.numel() or compiling():
+        return
+    if int(positions.min()) < 0:
         raise ValueError(f"{what} must be >= 0")
-    if limit is not None and positions.numel() and int(positions.max()) >= limit:
+    if limit is not None and int(positions.max()) >= limit:
         raise ValueError(
             f"position {int(positions.max())} is beyond the configured context (max_seq_len={limit}); "
             f"sequences must be at most max_seq_len tokens long"
@@ -188,6 +197,9 @@ class RotaryEmbedding(nn.Module):
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor."""
         _check_positions(positions)
+        if compiling():  # traced: the formula itself (the table below is host-side bookkeeping)
+            angles = self._angles(positions)
+            return angles.cos() * self.mscale, angles.sin() * self.mscale
         # The table needs max(positions) on the host: free on a CPU, a device sync on a GPU (where the
         # direct formula is one fused-enough kernel anyway), so only CPU positions use it.
         n = int(positions.max()) + 1 if positions.numel() and positions.device.type == "cpu" else 0

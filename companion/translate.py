@@ -3,8 +3,9 @@
 What this module provides
 - ``greedy_decode(model, src, bos_id, eos_id, max_len) -> list[Hypothesis]``: at every step the most
   probable next token, for a batch of sources (B, S) at once, with the decoder's KV cache.
-- ``beam_search(model, src, bos_id, eos_id, beam_size, length_penalty, max_len) -> list[Hypothesis]``:
-  the best hypothesis per source; ``beam_search_one`` returns every finished hypothesis of one source.
+- ``beam_search_one(model, src, bos_id, eos_id, beam_size, alpha, max_len) -> list[Hypothesis]``: every
+  finished hypothesis of one source, best first (the readable version); ``beam_search`` runs the same
+  search for a batch of sources at once and returns the best hypothesis of each.
 - ``Hypothesis``: ``tokens`` (without BOS, without EOS), ``log_prob`` (sum of log p of the tokens and
   of EOS if it ended), ``score`` (log_prob / length penalty), ``finished`` (EOS reached).
 - ``sequence_log_prob(model, src, tokens, bos_id, eos_id)``: teacher-forced log p(tokens + EOS | src),
@@ -160,16 +161,72 @@ def beam_search_one(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, bea
     return finished
 
 
+@torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4, alpha: float = 0.6,
                 max_len: int = 64, pad_id: int | None = None, banned: Sequence[int] = ()) -> list[Hypothesis]:
-    """src (B, S) -> the best-scoring hypothesis of each row (padding, if any, stripped per row first)."""
+    """src (B, S) -> the best-scoring hypothesis of each row, all rows searched together.
+
+    The search of every row is exactly ``beam_search_one``'s (same shrinking beam, same ranking); only
+    the decoder calls are shared: the live beams of all sources form one batch of rows, each reading
+    its own source's memory, so B sentences cost about as many decoder calls as the longest one.
+    Padding (``pad_id``, default the model's) is masked in the encoder and in cross-attention.
+    """
     pad_id = model.config.pad_id if pad_id is None else pad_id
     _check(model, src, max_len)
-    out = []
-    for row in src:
-        ids = row[row != pad_id] if bool((row != pad_id).any()) else row
-        out.append(beam_search_one(model, ids[None], bos_id, eos_id, beam_size, alpha, max_len, banned)[0])
-    return out
+    if eos_id in banned:
+        raise ValueError("banned must not contain eos_id: decoding could never stop")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1; got {beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha (the length penalty exponent) must be >= 0; got {alpha}")
+    model.eval()
+    B = src.shape[0]
+    src_mask = (src != pad_id)[:, None, None, :]
+    memory = model.encode(src, src_mask)
+    cache = model.new_cache()
+    owner = list(range(B))  # the source of each live row; a source's rows stay contiguous
+    beams: list[list[int]] = [[] for _ in range(B)]
+    scores = torch.zeros(B, dtype=torch.float64, device=src.device)
+    token = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    for step in range(max_len):
+        rows = torch.tensor(owner, device=src.device)
+        logp = _next_log_probs(model.decode(token, memory[rows], src_mask[rows], cache=cache)[:, -1], banned)
+        V = logp.shape[-1]
+        total = scores[:, None] + logp  # (n, V)
+        keep_rows, keep_tokens, keep_scores, new_beams, new_owner = [], [], [], [], []
+        first = 0
+        while first < len(owner):  # one source at a time: its rows are owner[first:last]
+            b = owner[first]
+            last = first
+            while last < len(owner) and owner[last] == b:
+                last += 1
+            candidates = total[first:last].flatten()
+            width = beam_size - len(finished[b])
+            top_scores, top_index = candidates.topk(min(width, candidates.numel()))
+            for s, i in zip(top_scores.tolist(), top_index.tolist()):
+                row, tok = first + i // V, i % V
+                if tok == eos_id:
+                    length = len(beams[row]) + 1
+                    finished[b].append(Hypothesis(list(beams[row]), s, s / length_penalty(length, alpha), True))
+                else:
+                    keep_rows.append(row)
+                    keep_tokens.append(tok)
+                    keep_scores.append(s)
+                    new_beams.append(beams[row] + [tok])
+                    new_owner.append(b)
+            first = last
+        if not new_beams:
+            break
+        if step == max_len - 1:  # out of room: the live beams join their lists unfinished
+            for b, beam, s in zip(new_owner, new_beams, keep_scores):
+                finished[b].append(Hypothesis(beam, s, s / length_penalty(len(beam), alpha), False))
+            break
+        _reorder(cache, torch.tensor(keep_rows, device=src.device))
+        beams, owner = new_beams, new_owner
+        scores = torch.tensor(keep_scores, dtype=torch.float64, device=src.device)
+        token = torch.tensor(keep_tokens, device=src.device)[:, None]
+    return [max(hyps, key=lambda h: h.score) for hyps in finished]
 
 
 @torch.no_grad()
@@ -189,8 +246,8 @@ def translate(model: nn.Module, sentences: Sequence[str], src_tokenizer, tgt_tok
               banned_tokens: Sequence[str] = (), batch_size: int = 64) -> list[str]:
     """Encode each sentence, decode, return target strings.
 
-    ``beam_size == 1`` is greedy decoding, run ``batch_size`` padded sentences at a time; otherwise beam
-    search, one sentence at a time. ``banned_tokens`` (e.g. ``["<unk>"]``) can never be produced.
+    ``beam_size == 1`` is greedy decoding, otherwise beam search; either runs ``batch_size`` padded
+    sentences at a time. ``banned_tokens`` (e.g. ``["<unk>"]``) can never be produced.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
@@ -212,17 +269,20 @@ def translate(model: nn.Module, sentences: Sequence[str], src_tokenizer, tgt_tok
         encoded.append(ids[: model.config.max_len])
     out: list[str] = []
     if beam_size == 1:
-        pad = model.config.pad_id
         for start in range(0, len(encoded), batch_size):
-            chunk = encoded[start : start + batch_size]
-            width = max(len(ids) for ids in chunk)
-            src = torch.tensor([ids + [pad] * (width - len(ids)) for ids in chunk], device=device)
+            src = _pad(encoded[start : start + batch_size], model.config.pad_id, device)
             out.extend(tgt_tokenizer.decode(h.tokens) for h in greedy_decode(model, src, bos_id, eos_id, max_len, banned))
         return out
-    for ids in encoded:
-        hyp = beam_search_one(model, torch.tensor([ids], device=device), bos_id, eos_id, beam_size, alpha, max_len, banned)[0]
-        out.append(tgt_tokenizer.decode(hyp.tokens))
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        hyps = beam_search(model, _pad(chunk, model.config.pad_id, device), bos_id, eos_id, beam_size, alpha, max_len, banned=banned)
+        out.extend(tgt_tokenizer.decode(h.tokens) for h in hyps)
     return out
+
+
+def _pad(rows: Sequence[Sequence[int]], pad: int, device) -> Tensor:
+    width = max(len(ids) for ids in rows)
+    return torch.tensor([list(ids) + [pad] * (width - len(ids)) for ids in rows], device=device)
 
 
 def _check_corpus(hypotheses: Sequence[str], references: Sequence[str]) -> None:

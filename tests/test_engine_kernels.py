@@ -1,6 +1,7 @@
 """The engine's attention paths against each other: the per-sequence gather (decode fast path and
 padded prefill groups, ``attention_kernel="gather"``), the packed block-mask layout (None), the
-PyTorch paged-attention reference, and the Triton kernel under TRITON_INTERPRET=1."""
+PyTorch paged-attention reference, flex_attention over the pool with a block mask ("flex"; on a CPU
+its unfused form, and its mask_mod as plain tensors), and the Triton kernel under TRITON_INTERPRET=1."""
 
 import importlib.util
 import json
@@ -14,9 +15,11 @@ from python_snippet import run_snippet
 from companion.engine import Engine
 from companion.generate import SamplingParams, generate, packed_forward
 from companion.models import from_preset
-from companion.paged import PagedKVCache
+from companion.paged import PagedKVCache, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
+HAS_FLEX = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+FLEX = ("flex",) if HAS_FLEX else ()
 
 
 @torch.no_grad()
@@ -27,11 +30,13 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 def test_gather_path_equals_packed_path_on_random_traces(name, overrides, bits):
     """Two pools fed the same random trace (prefill chunks, decode rows, pure decode steps, shared
     prefixes, sequences retiring and arriving): every step's logits agree, kernel "gather" against
-    the packed layout (None), and with float pages also against "reference"."""
+    the packed layout (None), and with float pages also against "reference" and "flex" (whose block
+    mask must map shared and private pages back to each sequence's positions)."""
     torch.manual_seed(0)
     rng = random.Random(len(name) + (bits or 0))
     model = from_preset(name, **overrides).eval()
-    kernels = ("gather", None) + (("reference",) if bits is None else ())
+    # flex on llama and mistral only (global and windowed layers): its unfused CPU form is slow
+    kernels = ("gather", None) + (("reference",) + (FLEX if name != "gemma3-like" else ()) if bits is None else ())
     pools = {k: PagedKVCache(model, n_pages=64, page_size=3, bits=bits, attention_kernel=k) for k in kernels}
     system = [rng.randrange(256) for _ in range(7)]
     live: list[dict] = []  # per sequence: its tokens, and its cache in each pool
@@ -68,7 +73,7 @@ def test_gather_path_equals_packed_path_on_random_traces(name, overrides, bits):
     assert steps_by_kind["decode only"] > 3 and steps_by_kind["mixed"] > 3, steps_by_kind
 
 
-@pytest.mark.parametrize("kernel", ["gather", None, "reference"])
+@pytest.mark.parametrize("kernel", ["gather", None, "reference", *FLEX])
 def test_engine_kernels_equal_running_each_request_alone(kernel):
     torch.manual_seed(1)
     model = from_preset("mistral-like", window=6).eval()
@@ -90,6 +95,46 @@ def test_bad_attention_kernel():
         Engine(model, kv_bits=8, attention_kernel="triton")
     with pytest.raises(ValueError, match="attention_kernel must be None or one of"):
         PagedKVCache(model, 4, 4, attention_kernel="sdpa")
+    with pytest.raises(ValueError, match="attention_kernel='flex' reads float pages"):
+        PagedKVCache(model, 4, 4, bits=4, attention_kernel="flex")
+
+
+@pytest.mark.skipif(not HAS_FLEX, reason="this torch has no torch.nn.attention.flex_attention")
+def test_flex_block_mask_has_create_block_masks_layout():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    tables = [[5, 9, 2], [5, 9, 30], [0]]
+    q_seq, q_pos = torch.tensor([0, 1, 1, 2]), torch.tensor([7, 6, 8, 0])
+    mask_mod = paged_flex_mask_mod(q_seq, q_pos, flex_logical_pages(tables, 70), 3, window=5)
+    ours = flex_block_mask(mask_mod, 4, 210, "cpu", block=16)
+    theirs = create_block_mask(mask_mod, None, None, 4, 210, device="cpu", BLOCK_SIZE=16)
+    assert torch.equal(ours.to_dense(), theirs.to_dense())
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_flex_mask_mod_as_plain_tensors_equals_the_gathered_mask(window):
+    """``paged_flex_mask_mod`` evaluated on broadcast index tensors (no flex_attention involved, so
+    this runs on any torch) gives, for every query row, exactly the pool slots the reference path
+    reads: slot table[j // p] * p + j % p for each position j <= the row's position (and within the
+    window); with shared and private pages in a scrambled pool."""
+    p, n_pages = 3, 20
+    rng = random.Random(0)
+    free = list(range(n_pages))
+    rng.shuffle(free)
+    shared = [free.pop(), free.pop()]  # two full pages both sequences start with (prefix sharing)
+    tables = [shared + [free.pop()], shared + [free.pop(), free.pop()], [free.pop()]]
+    lens = [8, 11, 2]
+    q_seq = torch.tensor([0, 0, 1, 1, 1, 2, 2])
+    q_pos = torch.tensor([6, 7, 8, 9, 10, 0, 1])
+    mask_mod = paged_flex_mask_mod(q_seq, q_pos, flex_logical_pages(tables, n_pages), p, window)
+    dense = mask_mod(None, None, torch.arange(len(q_seq))[:, None], torch.arange(n_pages * p)[None, :])  # (N, S)
+    expected = torch.zeros_like(dense)
+    for n, (b, t) in enumerate(zip(q_seq.tolist(), q_pos.tolist())):
+        assert t < lens[b]
+        for j in range(t + 1):
+            if window is None or t - j < window:
+                expected[n, tables[b][j // p] * p + j % p] = True
+    assert torch.equal(dense, expected)
 
 
 def test_views_that_cannot_attend_say_so():

@@ -80,6 +80,22 @@ def test_batched_greedy_equals_one_at_a_time_with_padding(model):
     assert [h.tokens for h in best] == [h.tokens for h in together]
 
 
+@pytest.mark.parametrize("beam_size, alpha, max_len", [(2, 0.0, 10), (4, 0.6, 10), (5, 1.5, 10), (4, 0.6, 3)])
+def test_batched_beam_search_equals_one_source_at_a_time(model, beam_size, alpha, max_len):
+    # Sources of different lengths (right padding), and a max_len of 3 that leaves some beams unfinished.
+    pairs = make_pairs("sort", 9, vocab_size=12, min_len=1, max_len=7, seed=5)
+    src = collate_pairs(pairs, PAD, BOS, EOS).src
+    together = beam_search(model, src, BOS, EOS, beam_size=beam_size, alpha=alpha, max_len=max_len, banned=[PAD])
+    for best, (x, _) in zip(together, pairs):
+        alone = beam_search_one(model, torch.tensor([x]), BOS, EOS, beam_size, alpha, max_len, banned=[PAD])[0]
+        assert best.tokens == alone.tokens and best.finished == alone.finished
+        # float32 sums over padded vs unpadded rows differ in the last bits
+        assert best.log_prob == pytest.approx(alone.log_prob, abs=1e-5)
+        assert best.score == pytest.approx(alone.score, abs=1e-5)
+    if max_len == 3:
+        assert not all(h.finished for h in together)  # the out-of-room path was exercised
+
+
 def test_bad_decoding_arguments(model):
     src = sources(1)[0]
     with pytest.raises(ValueError, match="beam_size must be >= 1"):

@@ -53,14 +53,19 @@ class Engine:
         prefix_sharing: map registered full prompt pages instead of recomputing them.
         attention_kernel: how attention reads the pages (paged cache only): "gather" (per-sequence
             padded batches, torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
-            "triton" (``companion.triton_paged``: CUDA, or TRITON_INTERPRET=1), or None (all sequences
+            "triton" (``companion.triton_paged``: CUDA, or TRITON_INTERPRET=1), "flex" (torch's
+            flex_attention over the pool with a block mask: compiled on CUDA, a slow check on a CPU), or None (all sequences
             packed into one row with a block mask). See ``companion.paged.PagedBatch``.
+        compile: run the decode steps (every sequence feeding one token) through a torch.compile'd
+            forward (``companion.engine.compiled``): paged cache, "gather" kernel, float pages, and a
+            Decoder with plain causal attention only; needs a C++ compiler for inductor. The first
+            decode step compiles (tens of seconds on a small CPU); later engines reuse the graphs.
     """
 
     def __init__(
         self, model: nn.Module, tokenizer=None, *, cache: str = "paged", max_batch_tokens: int = 256, page_size: int = 16,
         n_pages: int | None = None, max_seqs: int = 32, kv_bits: int | None = None, prefix_sharing: bool = True,
-        attention_kernel: str | None = "gather",
+        attention_kernel: str | None = "gather", compile: bool = False,
     ):
         if cache not in CACHES:
             raise ValueError(f"cache must be one of {CACHES}; got {cache!r}")
@@ -70,6 +75,10 @@ class Engine:
             raise ValueError(f"page_size must be >= 1; got {page_size}")
         if max_seqs < 1:
             raise ValueError(f"max_seqs must be >= 1; got {max_seqs}")
+        if not isinstance(compile, bool):
+            raise ValueError(f"compile must be True or False; got {compile!r}")
+        if compile and cache != "paged":
+            raise ValueError(f"compile=True needs cache='paged'; got cache={cache!r}")
         self.model, self.tokenizer = model.eval(), tokenizer
         self.context = context_length(model)
         self.page_size = page_size
@@ -85,7 +94,12 @@ class Engine:
                 attention_kernel=attention_kernel,
             )
         self.scheduler = Scheduler(model, self.kv, max_batch_tokens, max_seqs)
-        self.runner = Runner(model)
+        decode_step = None
+        if compile:
+            from .compiled import CompiledDecode
+
+            decode_step = CompiledDecode(model, self.kv)  # ValueError naming compile when it cannot run
+        self.runner = Runner(model, decode_step)
         self.sequences: list[Sequence] = []
         self.steps = 0
         # tokens_fed: rows through the model (prefill + decode; shared prefixes are not fed);

@@ -12,14 +12,20 @@ __all__ = ["Runner"]
 
 
 class Runner:
-    def __init__(self, model):
-        self.model = model
+    """``decode_step``: optional ``companion.engine.compiled.CompiledDecode``, run for the steps in
+    which every sequence feeds exactly one token (the others go through the eager packed forward)."""
+
+    def __init__(self, model, decode_step=None):
+        self.model, self.decode_step = model, decode_step
 
     @torch.inference_mode()  # no autograd bookkeeping at all (a little cheaper than no_grad per op)
     def run(self, batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:
         """Feed tokens[computed : computed + n] of every (seq, n); return (seq, new token) pairs."""
-        chunks = [seq.tokens[seq.computed : seq.computed + n] for seq, n in batch]
-        logits = packed_forward(self.model, [seq.cache for seq, _ in batch], chunks)  # (B, V)
+        if self.decode_step is not None and all(n == 1 for _, n in batch):
+            logits = self.decode_step([seq.cache for seq, _ in batch], [seq.tokens[seq.computed] for seq, _ in batch])
+        else:
+            chunks = [seq.tokens[seq.computed : seq.computed + n] for seq, n in batch]
+            logits = packed_forward(self.model, [seq.cache for seq, _ in batch], chunks)  # (B, V)
         # a sequence that fed everything it had: its last row's logits predict its next token
         ready = [row for row, (seq, _) in enumerate(batch) if seq.pending == 0]
         if not ready:

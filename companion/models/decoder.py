@@ -32,7 +32,7 @@ from ..mha import MultiHeadAttention, check_heads
 from ..mla import MultiHeadLatentAttention
 from ..moe import ROUTERS, MoE
 from ..norms import NORMS, make_norm
-from ..positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, embed_scale
+from ..positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, compiling, embed_scale
 from .gpt import init_normal
 
 __all__ = ["DecoderConfig", "Decoder", "PRESETS", "from_preset", "POSITIONS", "ATTENTIONS"]
@@ -260,13 +260,14 @@ class Decoder(nn.Module):
         c = self.config
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
-        if idx.numel() and (int(idx.max()) >= c.vocab_size or int(idx.min()) < 0):
+        checks = not compiling()  # torch.compile: no host reads of tensor values (the engine checked its inputs)
+        if checks and idx.numel() and (int(idx.max()) >= c.vocab_size or int(idx.min()) < 0):
             raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{int(idx.min())}, {int(idx.max())}]")
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
-        if T and int(positions.max()) >= c.max_seq_len:
+        if checks and T and int(positions.max()) >= c.max_seq_len:
             raise ValueError(f"sequence longer than the configured context: position {int(positions.max())} >= max_seq_len={c.max_seq_len}")
         x = self.embed(idx)
         if c.scale_embeddings:

@@ -1,0 +1,86 @@
+"""``Engine(compile=True)``: the torch.compile'd decode step against the eager engine (same tokens,
+logits within 1e-5, a bounded number of compiled graphs), and its argument checks.
+
+The comparison compiles one small model's decode step (two graphs: batch sizes >= 2, and 1); on two
+cores with a cold inductor cache that takes 20-60 s, so it is one test that does everything with one
+compilation. It is skipped, with the reason, where torch.compile cannot run (no C++ compiler, an
+unsupported Python)."""
+
+import random
+
+import pytest
+import torch
+
+from companion.engine import Engine
+from companion.engine.compiled import CompiledDecode, compile_unavailable, compile_unsupported
+from companion.generate import SamplingParams, packed_forward
+from companion.models import from_preset
+from companion.paged import PagedKVCache
+
+UNAVAILABLE = compile_unavailable()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(compile="yes"), "compile must be True or False"),
+        (dict(compile=True, cache="contiguous"), "compile=True needs cache='paged'"),
+        (dict(compile=True, attention_kernel=None), "compile=True"),
+        (dict(compile=True, kv_bits=8), "compile=True"),
+    ],
+)
+def test_bad_compile_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Engine(from_preset("llama-like"), **kwargs)
+
+
+def test_compile_refuses_models_it_cannot_serve():
+    assert "MLA" in compile_unsupported(from_preset("deepseek-like"))
+    assert "sinks" in compile_unsupported(from_preset("llama-like", sinks=True))
+    assert compile_unsupported(from_preset("mistral-like")) is None
+    with pytest.raises(ValueError, match="compile=True cannot be used"):
+        Engine(from_preset("deepseek-like"), compile=True)
+
+
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"torch.compile unavailable: {UNAVAILABLE}")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # from inside torch.compile
+def test_compiled_decode_equals_eager(one_thread):
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    model = from_preset("mistral-like", window=6).eval()  # GQA, a sliding window: the mask path too
+    prompts = [[rng.randrange(256) for _ in range(rng.randint(1, 12))] for _ in range(7)]
+    params = [
+        SamplingParams(max_new_tokens=rng.randint(1, 14), temperature=0.0 if i % 2 else 0.8, top_k=40, seed=i) for i in range(7)
+    ]
+    params[3].stop_tokens = (7, 11)
+    arrivals = [0, 0, 1, 2, 2, 5, 9]  # batches of 1..5 decoding sequences, joining and leaving
+    graphs_before = counters["stats"]["unique_graphs"]
+
+    outs = {}
+    for compile_ in (False, True):
+        engine = Engine(model, page_size=4, max_batch_tokens=12, max_seqs=5, compile=compile_)
+        outs[compile_] = engine.generate(prompts, params, arrivals=arrivals)
+        assert engine.kv.n_free == engine.kv.n_pages  # no leaked page
+    for eager, compiled in zip(outs[False], outs[True]):
+        assert compiled.tokens == eager.tokens and compiled.finish_reason == eager.finish_reason
+
+    # logits, step by step: two pools of the engine's shape fed the same tokens, one through the eager
+    # packed forward, the other through the compiled step
+    pools = [PagedKVCache(model, engine.kv.n_pages, 4) for _ in range(2)]
+    step = CompiledDecode(model, pools[1])
+    seqs = [[pool.new_sequence() for _ in prompts[:4]] for pool in pools]
+    with torch.inference_mode():
+        for caches in seqs:  # prefill, eager in both
+            packed_forward(model, caches, prompts[:4])
+        tokens = [p[-1] for p in prompts[:4]]
+        for n_live in (4, 4, 3, 2, 1, 1):  # shrinking batches, down to one sequence
+            ref = packed_forward(model, seqs[0][:n_live], [[t] for t in tokens[:n_live]])
+            got = step(seqs[1][:n_live], tokens[:n_live])
+            torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+            tokens = [int(t) for t in ref.argmax(-1)]
+    assert [c.length for c in seqs[0]] == [c.length for c in seqs[1]]
+
+    # one graph for batch sizes >= 2 and one for B = 1 (torch specialises size 1); none per length
+    assert 1 <= counters["stats"]["unique_graphs"] - graphs_before <= 2
