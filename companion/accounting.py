@@ -9,15 +9,24 @@ Formulas, written from the configs alone (tests hold them equal to the models' m
 - FLOPs per token: forward ~ 2 N_active + 2 L T_ctx (h d_h + h d_v) (scores and weighted sum);
   training ~ 3 x forward (= 6N + the attention term).
 - KV cache per token: MHA/GQA/MQA 2 L g d_h b bytes; MLA L (d_c + d_R) b bytes.
+- Bytes one decode step reads (``decode_step_bytes``): every weight once (what a batch of B decoding
+  tokens needs, see below) + the K/V (or MLA latent + RoPE key) of every token each running sequence
+  attends over, in every layer; the quantity that bounds decode speed by memory bandwidth.
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+from typing import Sequence
+
+from .kvquant import BITS, bytes_per_group
 from .models.decoder import DecoderConfig
 from .models.gpt import GPTConfig
 from .models.seq2seq import Seq2SeqConfig
 
-__all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token"]
+__all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token",
+           "kv_bytes_per_token", "decode_step_bytes"]
 
 
 def _norm(kind: str, d: int) -> int:
@@ -95,3 +104,111 @@ def flops_per_token(c: DecoderConfig, context: int, training: bool = False) -> i
         dqk = dv = c.attn_head_dim
     fwd = 2 * n + 2 * c.n_layers * context * c.n_heads * (dqk + dv)
     return 3 * fwd if training else fwd
+
+
+def kv_bytes_per_token(c: DecoderConfig | GPTConfig, bytes_per_value: int = 2, bits: int | None = None) -> list[int]:
+    """Per layer, the bytes one token's cached state occupies: K and V (g heads of d_h: GQA/MQA store
+    g, not h), or MLA's latent c_j (d_c) and shared RoPE key (d_R). Float storage: ``kv_cache_bytes`` /
+    ``mla_cache_bytes`` at one token and one layer; ``bits`` 8 or 4: the quantised pages of
+    ``companion.paged.PagePool``, one group per (token, head) (per token for each MLA tensor) of
+    ``kvquant.bytes_per_group`` bytes (d bits/8 of data + a float32 scale)."""
+    if bits is not None and bits not in BITS:
+        raise ValueError(f"bits must be None or one of {BITS}; got {bits!r}")
+    if isinstance(c, GPTConfig):
+        groups = [(c.n_head, c.n_embd // c.n_head)] * 2  # K and V: (groups, elements per group)
+    elif c.attention == "mla":
+        groups = [(1, c.kv_rank), (1, c.rope_dim)]
+    else:
+        groups = [(c.kv_heads, c.attn_head_dim)] * 2
+    if bits is None:
+        if isinstance(c, DecoderConfig) and c.attention == "mla":
+            per = mla_cache_bytes(1, c.kv_rank, c.rope_dim, bytes_per_value=bytes_per_value)
+        else:
+            per = kv_cache_bytes(1, groups[0][0], groups[0][1], bytes_per_value=bytes_per_value)
+    else:
+        per = sum(n * bytes_per_group(d, bits) for n, d in groups)
+    n_layers = c.n_layer if isinstance(c, GPTConfig) else c.n_layers
+    return [per] * n_layers
+
+
+def _positive(name: str, x, integer: bool = True) -> None:
+    ok = isinstance(x, int) if integer else isinstance(x, Real)
+    if isinstance(x, bool) or not ok or not x > 0 or (not integer and not math.isfinite(x)):
+        raise ValueError(f"{name} must be a positive {'integer' if integer else 'number'}; got {x!r}")
+
+
+def decode_step_bytes(
+    c: DecoderConfig | GPTConfig, context_lengths: Sequence[int], *, param_bytes: float = 2, kv_bytes: int | None = None,
+    kv_bits: int | None = None, moe_experts: int | None = None,
+) -> dict[str, int]:
+    """Bytes one decode step must read from memory: the weights once plus the cached K/V of every
+    running sequence. A lower bound on traffic (activations, the K/V rows written and anything read
+    twice are not counted); bytes / step time is the achieved bandwidth, compared with the device's.
+
+    Args:
+        c: a ``DecoderConfig`` or ``GPTConfig``.
+        context_lengths: one entry per sequence of the batch (B = its length): the tokens that
+            sequence's new query attends over at this step, the new token included (>= 1, <= the
+            model's context). A sliding-window layer reads min(n, w + keep) of them.
+        param_bytes: bytes per weight element (2 for bf16/fp16, 4 for fp32; 0.5 for int4 weights).
+        kv_bytes: bytes per cached element with float pages (default: ``param_bytes``).
+        kv_bits: 8 or 4 for int8 / int4 pages (data + float32 scales, ``kv_bytes_per_token``).
+        moe_experts: routed experts read per MoE layer; default min(N, top_k x B), i.e. every token's
+            top_k taken as distinct (exact at B = 1, an upper bound above); pass the distinct experts
+            the router actually picked to be exact.
+
+    How weights count:
+    - every matrix and vector of the layers, the final norm and the output projection (V x d), once
+      per step however many sequences decode (that is why batching amortises decode);
+    - the input embedding: only the B rows looked up (B d elements), not the V x d table; with tied
+      embeddings the table is read once, by the output projection, and the lookup is not counted
+      again; learned positions likewise B rows;
+    - MoE layers: the router (d N) + the shared experts + ``moe_experts`` routed experts.
+
+    Returns {"weights", "kv", "total"} in bytes (rounded to whole bytes).
+    """
+    if not isinstance(c, (DecoderConfig, GPTConfig)):
+        raise ValueError(f"c must be a DecoderConfig or GPTConfig; got {type(c).__name__}")
+    if isinstance(context_lengths, (str, bytes)) or not isinstance(context_lengths, Sequence) or not len(context_lengths):
+        raise ValueError(f"context_lengths must be a non-empty sequence of ints, one per sequence; got {context_lengths!r}")
+    gpt = isinstance(c, GPTConfig)
+    context = c.block_size if gpt else c.max_seq_len
+    for n in context_lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= context:
+            raise ValueError(f"context_lengths must hold ints in [1, {context}] (the model's context); got {n!r}")
+    _positive("param_bytes", param_bytes, integer=False)
+    if kv_bytes is not None:
+        _positive("kv_bytes", kv_bytes)
+    if kv_bits is not None and kv_bits not in BITS:
+        raise ValueError(f"kv_bits must be None or one of {BITS}; got {kv_bits!r}")
+    B = len(context_lengths)
+    if gpt:
+        d = c.n_embd
+        n = gpt_parameters(c) - c.block_size * d + B * d  # tied wte read whole by the head; B position rows
+        windows = [None] * c.n_layer
+        keep = 0
+    else:
+        d, V = c.d_model, c.vocab_size
+        n = decoder_parameters(c)
+        if not c.tie_embeddings:
+            n -= V * d - B * d  # the input table: only the B looked-up rows
+        if c.position == "learned":
+            n -= c.max_seq_len * d - B * d
+        moe_layers = [i for i in range(c.n_layers) if c.is_moe(i)]
+        if moe_layers:
+            used = min(c.n_experts, c.top_k * B) if moe_experts is None else moe_experts
+            if isinstance(used, bool) or not isinstance(used, int) or not 1 <= used <= c.n_experts:
+                raise ValueError(f"moe_experts must be an int in [1, n_experts={c.n_experts}] or None; got {moe_experts!r}")
+            n -= len(moe_layers) * (c.n_experts - used) * 3 * d * (c.moe_d_ff or c.ffn_hidden)
+        elif moe_experts is not None:
+            raise ValueError(f"moe_experts applies to MoE models only (n_experts > 0); got {moe_experts!r}")
+        windows = c.layer_windows()
+        keep = c.keep
+    if kv_bytes is None and kv_bits is None:
+        if not float(param_bytes).is_integer():
+            raise ValueError(f"kv_bytes must be given when param_bytes is fractional ({param_bytes}): float K/V take whole bytes")
+        kv_bytes = int(param_bytes)
+    per_token = kv_bytes_per_token(c, kv_bytes or 1, kv_bits)  # with kv_bits, kv_bytes plays no part
+    kv = sum(per * sum(ctx if w is None else min(ctx, w + keep) for ctx in context_lengths) for per, w in zip(per_token, windows))
+    weights = round(n * param_bytes)
+    return {"weights": weights, "kv": kv, "total": weights + kv}

@@ -111,6 +111,9 @@ class BlockManager:
         self.hash_of: dict[int, bytes] = {}  # page -> hash of its (full, computed) contents
         self.page_of: dict[bytes, int] = {}  # hash -> page
         self.root = hashlib.sha256(namespace.encode()).digest()
+        # pages that lost their name so far: lets a sequence skip re-registering pages when it knows
+        # nothing was unnamed since its last ``register`` (``PagedSequenceCache.commit``)
+        self.unnamed = 0
         self.on_copy = on_copy
 
     @property
@@ -137,6 +140,7 @@ class BlockManager:
         old = self.hash_of.pop(page, None)  # its old contents are about to be overwritten
         if old is not None:
             del self.page_of[old]
+            self.unnamed += 1
         self.ref[page] = 1
         return page
 
@@ -160,8 +164,23 @@ class BlockManager:
             pages.append(page)
         return pages
 
+    def _exclusive(self, table: list[int], start: int, end: int) -> bool:
+        """Slots [start, end) (end > start) lie in pages the table has, held by it alone and unnamed:
+        writing them needs no page and no copy."""
+        first, last = start // self.page_size, (end - 1) // self.page_size
+        if last >= len(table):
+            return False
+        if first == last:  # one page (a decode step): no generator
+            page = table[first]
+            return self.ref[page] == 1 and page not in self.hash_of
+        return all(self.ref[table[k]] == 1 and table[k] not in self.hash_of for k in range(first, last + 1))
+
     def pages_needed(self, table: list[int], start: int, end: int) -> int:
         """Free pages a write of token slots [start, end) needs: new pages plus copies of shared ones."""
+        if end <= start:
+            return 0
+        if self._exclusive(table, start, end):
+            return 0  # the usual decode step (see ``prepare_write``)
         new = max(0, self.pages_for(end) - len(table))
         first, last = start // self.page_size, min(len(table), self.pages_for(end)) - 1
         return new + sum(1 for k in range(first, last + 1) if self.ref[table[k]] > 1)
@@ -169,10 +188,7 @@ class BlockManager:
     def prepare_write(self, table: list[int], start: int, end: int) -> None:
         """Make slots [start, end) writable: allocate pages, copy-on-write shared ones. Raises
         ``PoolExhausted`` before changing anything if the pool is short."""
-        if end <= start:
-            return
-        first, last = start // self.page_size, (end - 1) // self.page_size
-        if last < len(table) and all(self.ref[table[k]] == 1 and table[k] not in self.hash_of for k in range(first, last + 1)):
+        if end <= start or self._exclusive(table, start, end):
             return  # the usual decode step: the pages exist, are this table's alone and unnamed
         need = self.pages_needed(table, start, end)
         if need > self.n_free:
@@ -187,6 +203,7 @@ class BlockManager:
                 table[k] = fresh
             elif page in self.hash_of:  # sole holder overwrites a registered page: it no longer matches its hash
                 del self.page_of[self.hash_of.pop(page)]
+                self.unnamed += 1
         while len(table) < self.pages_for(end):
             table.append(self._take())
 
@@ -348,6 +365,7 @@ class PagedSequenceCache:
         self.length = 0
         self._views = [PagedLayerView(self, i) for i in range(owner.n_layers)]
         self._hashes: list[bytes] = []  # hash chain of the full computed pages, extended by ``commit``
+        self._unnamed_seen = -1  # ``manager.unnamed`` at the last ``commit`` (-1: never committed)
 
     def layer(self, i: int) -> "PagedLayerView":
         return self._views[i]
@@ -364,14 +382,21 @@ class PagedSequenceCache:
 
     def commit(self, tokens: Sequence[int]) -> None:
         """Register this sequence's full computed pages (``tokens`` = all its tokens so far) for sharing."""
-        if self.owner.prefix_sharing:
-            self._hashes = self.owner.manager.chain(tokens[: self.length], self._hashes)
-            self.owner.manager.register(self.table, tokens, self.length, self._hashes)
+        if not self.owner.prefix_sharing:
+            return
+        manager = self.owner.manager
+        # called every step for every sequence; registering is idempotent, so when no new page has
+        # filled up and no page anywhere lost its name since our last call, it would change nothing
+        if self.length // self.owner.page_size == len(self._hashes) and manager.unnamed == self._unnamed_seen:
+            return
+        self._hashes = manager.chain(tokens[: self.length], self._hashes)
+        manager.register(self.table, tokens, self.length, self._hashes)
+        self._unnamed_seen = manager.unnamed
 
     def free(self) -> None:
         self.owner.manager.free(self.table)
         self.length = 0
-        self._hashes = []
+        self._hashes, self._unnamed_seen = [], -1
 
     def nbytes_held(self) -> int:
         """Bytes of pool storage this sequence's pages occupy (whole pages, the unit of allocation)."""

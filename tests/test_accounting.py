@@ -45,3 +45,103 @@ def test_cache_bytes_formula_matches_measured(name):
     else:
         expected = kv_cache_bytes(c.n_layers, c.kv_heads, c.attn_head_dim, T, bytes_per_value=4)
     assert cache.nbytes() == expected
+
+
+# decode_step_bytes: the bytes one decode step reads ------------------------------------------------
+
+from companion.accounting import decode_step_bytes, kv_bytes_per_token  # noqa: E402
+from companion.paged import PagedKVCache  # noqa: E402
+
+
+def test_decode_step_bytes_hand_count():
+    """llama-like: d=64, 2 layers, h=4, g=2, d_h=16, V=256, SwiGLU 192, untied, float32."""
+    c = preset_config("llama-like")
+    layer = 64 * (4 + 2 * 2) * 16 + 4 * 16 * 64 + 2 * 64 + 3 * 64 * 192  # q,k,v + out; 2 RMS norms; SwiGLU
+    weights = 2 * 64 + 256 * 64 + 64 + 2 * layer  # 2 looked-up rows; output head; final norm; layers
+    kv = 2 * (2 * 2 * 16 * 4) * (5 + 7)  # layers x (K+V, g heads, d_h, 4 bytes) x tokens attended
+    assert decode_step_bytes(c, [5, 7], param_bytes=4) == {"weights": 4 * weights, "kv": kv, "total": 4 * weights + kv}
+    # bf16 weights, int8 pages: 16 + 4 bytes per (token, head) group
+    assert decode_step_bytes(c, [5, 7], param_bytes=2, kv_bits=8)["kv"] == 2 * 2 * 2 * (16 + 4) * 12
+    assert decode_step_bytes(c, [5, 7], param_bytes=2, kv_bits=4)["kv"] == 2 * 2 * 2 * (8 + 4) * 12
+
+
+def _nbytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_step_weight_bytes_match_tensors(name, dtype):
+    """Weights = every parameter tensor's bytes (tied matrices once), less the input table but for the
+    B rows looked up; MoE: all experts when moe_experts = N, only top_k + shared + router otherwise."""
+    model = from_preset(name).to(dtype)
+    c, B, size = model.config, 3, torch.finfo(dtype).bits // 8
+    total = _nbytes(model.parameters())
+    expected = total if c.tie_embeddings else total - _nbytes([model.embed.weight]) + B * c.d_model * size
+    kw = {"moe_experts": c.n_experts} if c.n_experts else {}
+    assert decode_step_bytes(c, [4] * B, param_bytes=size, **kw)["weights"] == expected
+    if c.n_experts:
+        unused = sum(_nbytes(layer.ffn.experts[j].parameters()) for layer in model.layers if hasattr(layer.ffn, "experts")
+                     for j in range(c.top_k, c.n_experts))
+        assert decode_step_bytes(c, [4], param_bytes=size)["weights"] == expected - unused - (0 if c.tie_embeddings else 2 * c.d_model * size)
+
+
+def test_decode_step_bytes_gpt():
+    model = gpt_from_preset("gpt2-tiny")
+    c = model.config
+    expected = _nbytes(model.parameters()) - _nbytes([model.wpe.weight]) + 2 * c.n_embd * 4
+    r = decode_step_bytes(c, [3, 9], param_bytes=4)
+    assert r["weights"] == expected and r["kv"] == c.n_layer * 2 * c.n_embd * 4 * 12
+
+
+@pytest.mark.parametrize("name", ["llama-like", "deepseek-like", "gemma3-like"])
+@pytest.mark.parametrize("bits", [None, 8, 4])
+def test_kv_bytes_per_token_match_allocated_pages(name, bits):
+    """Bytes per token from the formula == what companion.paged allocates (data + scales) per slot."""
+    model = from_preset(name)
+    kv = PagedKVCache(model, n_pages=5, page_size=4, bits=bits)
+    assert sum(kv_bytes_per_token(model.config, 4, bits)) * 5 * 4 == kv.pool.nbytes()["total"]
+    if bits is None and name != "gemma3-like":  # global layers: a step reads every cached token
+        assert decode_step_bytes(model.config, [6, 2], param_bytes=4)["kv"] == 8 * kv.pool.nbytes()["total"] // 20
+
+
+@pytest.mark.parametrize("T", [3, 15, 16, 40])
+def test_decode_step_kv_bytes_windowed_match_contiguous_cache(T):
+    """mistral-like (every layer a window of 16): after T tokens the contiguous cache holds min(T, w-1)
+    rows per layer; the next step reads those plus its own new row."""
+    model = from_preset("mistral-like").eval()
+    c = model.config
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(0, 256, (1, T)), cache)
+    assert decode_step_bytes(c, [T + 1], param_bytes=4)["kv"] == cache.nbytes() + sum(kv_bytes_per_token(c, 4))
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        (dict(context_lengths=[]), "context_lengths"), (dict(context_lengths=[0]), "context_lengths"),
+        (dict(context_lengths=[257]), "context_lengths"), (dict(context_lengths="ab"), "context_lengths"),
+        (dict(context_lengths=[2.5]), "context_lengths"), (dict(context_lengths=7), "context_lengths"),
+        (dict(param_bytes=0), "param_bytes"), (dict(param_bytes=float("nan")), "param_bytes"),
+        (dict(param_bytes=-2), "param_bytes"), (dict(kv_bytes=0), "kv_bytes"), (dict(kv_bits=3), "kv_bits"),
+        (dict(moe_experts=2), "moe_experts"), (dict(param_bytes=0.5), "kv_bytes"),
+    ],
+)
+def test_decode_step_bytes_bad_input(kwargs, arg):
+    c = preset_config("llama-like")  # max_seq_len 256, dense
+    kwargs = {"context_lengths": [4], **kwargs}
+    with pytest.raises(ValueError, match=arg):
+        decode_step_bytes(c, **kwargs)
+
+
+def test_decode_step_bytes_bad_moe_and_config():
+    c = preset_config("mixtral-like")
+    for bad in (0, 9, True):
+        with pytest.raises(ValueError, match="moe_experts"):
+            decode_step_bytes(c, [4], moe_experts=bad)
+    with pytest.raises(ValueError, match="c must be"):
+        decode_step_bytes(object(), [4])
+    with pytest.raises(ValueError, match="bits"):
+        kv_bytes_per_token(c, 2, bits=2)
+    assert decode_step_bytes(c, [4], param_bytes=0.5, kv_bytes=2)["weights"] * 4 == decode_step_bytes(c, [4], param_bytes=2)["weights"]

@@ -84,3 +84,45 @@ def test_compiled_decode_equals_eager(one_thread):
 
     # one graph for batch sizes >= 2 and one for B = 1 (torch specialises size 1); none per length
     assert 1 <= counters["stats"]["unique_graphs"] - graphs_before <= 2
+
+
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"torch.compile unavailable: {UNAVAILABLE}")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_incremental_slots_equal_rebuilt_on_random_traces(seed, one_thread):
+    """The compiled step keeps its (B, L) slot matrix up to date incrementally (rows rewritten only
+    where a block table changed). On random traces with shared prefixes, copy-on-write, a pool small
+    enough to force preemption and sequences joining and leaving, every step's matrix equals the one
+    rebuilt from the block tables, and the engine's tokens equal the eager engine's. The step function
+    is swapped for the uncompiled ``_decode_step`` (the same code, eager), so nothing is compiled here."""
+    from companion.engine import compiled
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    model = from_preset("mistral-like", window=5).eval()
+    prefix = [rng.randrange(256) for _ in range(8)]
+    prompts = [(prefix if rng.random() < 0.5 else []) + [rng.randrange(256) for _ in range(rng.randint(1, 9))] for _ in range(10)]
+    params = [SamplingParams(max_new_tokens=rng.randint(1, 12), temperature=0.0 if i % 3 else 0.9, top_k=50, seed=i) for i in range(10)]
+    arrivals = sorted(rng.randint(0, 8) for _ in prompts)
+    n_pages = max(-(-(len(p) + sp.max_new_tokens) // 3) for p, sp in zip(prompts, params)) + 2  # about one request's worth
+    outs, checked = {}, [0]
+    for compile_ in (False, True):
+        engine = Engine(model, page_size=3, n_pages=n_pages, max_batch_tokens=10, max_seqs=5, compile=compile_)
+        if compile_:
+            step = engine.runner.decode_step
+            step.step = compiled._decode_step  # eager: the bookkeeping is what is tested
+            update = step._update_slots
+
+            def checked_update(caches, update=update, step=step):
+                update(caches)
+                rebuilt = step.rebuild_slots(caches)
+                for row, cache in enumerate(caches):  # past a table's end the rows hold stale (masked) slots
+                    n = len(cache.table) * engine.kv.page_size
+                    assert torch.equal(step._slots[row, :n], rebuilt[row, :n])
+                checked[0] += 1
+
+            step._update_slots = checked_update
+        outs[compile_] = engine.generate(prompts, params, arrivals=arrivals)
+        assert engine.kv.n_free == engine.kv.n_pages and sum(engine.kv.manager.ref) == 0  # no leaked page
+    assert [o.tokens for o in outs[True]] == [o.tokens for o in outs[False]]
+    assert checked[0] > 5  # decode-only steps ran through the incremental bookkeeping
+    assert sum(o.preemptions for o in outs[True]) > 0  # the pool really ran out

@@ -1,5 +1,7 @@
 """Paged KV cache: block tables, prefix sharing, copy-on-write, exhaustion, quantised pages."""
 
+import random
+
 import pytest
 import torch
 
@@ -195,3 +197,37 @@ def test_exhaustion_inside_a_forward_changes_nothing():
     assert all(torch.equal(t, s) for t, s in zip((t for layer in kv.pool.data for t in layer), snapshot))
     last = model(torch.tensor([tokens[5:]]), cache=a)[0]  # A carries on, unharmed
     torch.testing.assert_close(last, model(torch.tensor([tokens]))[0, 5:], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_commit_fast_path_registers_what_the_full_register_would(seed, monkeypatch):
+    """``PagedSequenceCache.commit`` skips the register pass when no page filled up and no page lost
+    its name since the sequence's last commit; on random traces with shared prefixes, copy-on-write
+    and preemption, running the full chain + register after every commit changes nothing."""
+    from companion.engine import Engine
+    from companion.generate import SamplingParams
+    from companion.paged import PagedSequenceCache
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    model = from_preset("llama-like").eval()
+    prefix = [rng.randrange(256) for _ in range(9)]
+    prompts = [(prefix if rng.random() < 0.6 else []) + [rng.randrange(256) for _ in range(rng.randint(1, 8))] for _ in range(10)]
+    params = [SamplingParams(max_new_tokens=rng.randint(1, 10)) for _ in prompts]
+    commit, checks = PagedSequenceCache.commit, [0, 0]
+
+    def checked_commit(self, tokens):
+        manager = self.owner.manager
+        skipped = self.length // self.owner.page_size == len(self._hashes) and manager.unnamed == self._unnamed_seen
+        commit(self, tokens)
+        named = (dict(manager.hash_of), dict(manager.page_of))
+        manager.register(self.table, tokens, self.length, manager.chain(tokens[: self.length]))  # the full pass
+        assert (manager.hash_of, manager.page_of) == named
+        checks[skipped] += 1
+
+    monkeypatch.setattr(PagedSequenceCache, "commit", checked_commit)
+    n_pages = max(-(-(len(p) + sp.max_new_tokens) // 3) for p, sp in zip(prompts, params)) + 3
+    engine = Engine(model, page_size=3, n_pages=n_pages, max_batch_tokens=8, max_seqs=4)
+    engine.generate(prompts, params, arrivals=sorted(rng.randint(0, 6) for _ in prompts))
+    assert checks[0] > 0 and checks[1] > 0  # both the full pass and the skip ran
+    assert engine.kv.n_free == engine.kv.n_pages

@@ -20,6 +20,13 @@ the same model, or over another model of the same shapes (weights are inputs of 
 constants), with a pool of the same shapes, reuses the graphs already built; torch keeps at most 8
 graphs per function (``torch._dynamo.config.recompile_limit``) and runs the step uncompiled beyond.
 
+Per-step host cost. At these sizes a compiled step is about 1 ms, so what surrounds the graph
+matters as much as the graph: the slot matrix is kept up to date incrementally (``CompiledDecode``),
+the write slots are looked up inside the graph, and the generated wrapper is C++ (inductor's
+``cpp_wrapper``: the Python wrapper spent about 0.2 ms a step on its size asserts, tensor views and
+allocations). Dynamo still checks its guards on every call (about 0.1 ms: the model's modules and
+parameters, the pool's tensors); they are kept, none is skipped.
+
 Needs: torch.compile's inductor backend, which compiles C++ with the system compiler (g++ or clang++;
 Debian: ``apt-get install g++``); ``compile_unavailable()`` says why it cannot run.
 """
@@ -109,11 +116,13 @@ class _StepLayerView:
         return out.transpose(0, 1).unsqueeze(0)
 
 
-def _decode_step(model: nn.Module, pool: PagePool, ids: Tensor, positions: Tensor, slots: Tensor, write_slots: Tensor) -> Tensor:
+def _decode_step(model: nn.Module, pool: PagePool, ids: Tensor, positions: Tensor, slots: Tensor) -> Tensor:
     """ids (1, B) the new tokens, positions (B,) theirs, slots (B, L) the flat pool slots of every
-    sequence's keys 0..L-1 (past a sequence's end: any slot, masked), write_slots (B,) where the new
-    K/V go -> logits (B, V). Runs traced by torch.compile."""
+    sequence's keys 0..L-1 (past a sequence's end: any slot, masked) -> logits (B, V). Runs traced by
+    torch.compile. The slot each new K/V goes to is the one of its own position, looked up here (one
+    input less to guard, one eager op less per step)."""
     B, L = slots.shape
+    write_slots = slots.gather(1, positions.view(B, 1)).view(B)
     group = _Group(None, positions.view(B, 1), slots.reshape(-1), None, None, B, 1, L)
     return model(ids, cache=_StepCache(pool, group, write_slots), positions=positions)[0]
 
@@ -121,14 +130,23 @@ def _decode_step(model: nn.Module, pool: PagePool, ids: Tensor, positions: Tenso
 def _step_function():
     global _compiled_step
     if _compiled_step is None:
-        _compiled_step = torch.compile(_decode_step, fullgraph=True)
+        _compiled_step = torch.compile(_decode_step, fullgraph=True, options={"cpp_wrapper": True})
     return _compiled_step
 
 
 class CompiledDecode:
     """The engine's compiled decode step over ``kv``'s pool: ``__call__(caches, tokens)`` feeds
     ``tokens[b]`` to sequence ``caches[b]`` (one token each) and returns the logits (B, V). Raises
-    ValueError (naming ``compile``) when compile cannot run here or cannot serve the model."""
+    ValueError (naming ``compile``) when compile cannot run here or cannot serve the model.
+
+    Slot bookkeeping is incremental. In steady decoding the same sequences run step after step and
+    each block table only grows by a page every p steps, so rebuilding the (B, L) slot matrix (and a
+    whole ``PagedBatch``) every step is wasted host work, which at these sizes costs a sizeable part
+    of a compiled step. Instead row b of a preallocated slot buffer mirrors the block table of the
+    sequence in batch row b (``_tables`` keeps the page list it was written from): a row is rewritten
+    only where its table changed (a new page, or a copy-on-write replacing the page being written),
+    and every row is rebuilt when the set or order of sequences changes. ``rebuild_slots`` gives the
+    same matrix from scratch (the tests compare the two)."""
 
     def __init__(self, model: nn.Module, kv: PagedKVCache):
         reason = compile_unavailable() or compile_unsupported(model)
@@ -141,20 +159,72 @@ class CompiledDecode:
             )
         self.model, self.kv = model, kv
         self.step = _step_function()
+        p = kv.page_size
+        # a row covers the longest table a sequence can have (the model's context; at most the pool)
+        self._width = min(-(-model.config.max_seq_len // p), kv.n_pages) * p
+        self._slots = torch.zeros(0, self._width, dtype=torch.long, device=kv.pool.device)
+        self._offsets = torch.arange(p, dtype=torch.long, device=kv.pool.device)
+        self._caches: list = []  # the sequence in each row of ``_slots``, as of the last step
+        self._tables: list[list[int]] = []  # the block table each row was written from
+        self._lengths: list[int] = []  # each row's sequence length after the last step
+
+    def _write_pages(self, row: int, table: list[int], first: int) -> None:
+        """Row ``row`` of the slot buffer, pages first.. of ``table``: slot of position j = table[j // p] * p + j % p."""
+        p = self.kv.page_size
+        pages = torch.tensor(table[first:], dtype=torch.long, device=self._slots.device)
+        self._slots[row, first * p : len(table) * p] = (pages[:, None] * p + self._offsets).view(-1)
+
+    def _update_slots(self, caches) -> None:
+        """Bring the slot buffer's rows in line with the block tables of ``caches`` (see the class docstring)."""
+        B = len(caches)
+        if B > self._slots.shape[0]:  # grow (rarely: up to the engine's max_seqs)
+            grown = torch.zeros(max(B, 2 * self._slots.shape[0]), self._width, dtype=torch.long, device=self._slots.device)
+            grown[: self._slots.shape[0]] = self._slots
+            self._slots = grown
+        # the same sequences, in the same rows, untouched since our last step (any other step feeding
+        # them would have moved their lengths): only this step's reservation can have changed a table
+        same = len(caches) == len(self._caches) and all(
+            c is old and c.length == n for c, old, n in zip(caches, self._caches, self._lengths)
+        )
+        if not same:
+            self._caches, self._tables = list(caches), [[] for _ in caches]
+        p = self.kv.page_size
+        for row, (cache, known) in enumerate(zip(caches, self._tables)):
+            table, k = cache.table, cache.length // p
+            # a one-token write at position `length` appends a page or replaces page k (copy-on-write)
+            if same and len(table) == len(known) and table[k] == known[k]:
+                continue
+            first = next((j for j, (a, b) in enumerate(zip(table, known)) if a != b), min(len(table), len(known)))
+            self._write_pages(row, table, first)
+            known[:] = table
+
+    def rebuild_slots(self, caches) -> Tensor:
+        """(B, width) the slot matrix built from scratch from the block tables (for tests)."""
+        out = torch.zeros(len(caches), self._width, dtype=torch.long, device=self._slots.device)
+        p = self.kv.page_size
+        for row, cache in enumerate(caches):
+            pages = torch.tensor(cache.table, dtype=torch.long, device=out.device)
+            out[row, : len(cache.table) * p] = (pages[:, None] * p + self._offsets).view(-1)
+        return out
 
     def __call__(self, caches, tokens: list[int]) -> Tensor:
-        batch = self.kv.pack(caches, [1] * len(caches))  # eager bookkeeping: pages reserved, slots computed
-        device = self.kv.pool.device
-        L = int(batch.seq_lens.max())
-        # row-major strides even for B = 1 (a (1, L) slice counts as contiguous with its old stride)
-        slots = batch.all_slots[:, :L].clone(memory_format=torch.contiguous_format)
-        ids = torch.tensor(tokens, dtype=torch.long, device=device)[None]
-        positions, write_slots = batch.q_pos.to(device), batch.write_slots
+        manager = self.kv.manager
+        for cache in caches:  # eager bookkeeping: pages reserved (a no-op when the scheduler already did)
+            manager.prepare_write(cache.table, cache.length, cache.length + 1)
+        self._update_slots(caches)
+        lengths = [cache.length for cache in caches]
+        B, L = len(caches), max(lengths) + 1
+        # one host-to-tensor copy for the tokens and their positions
+        ids_pos = torch.tensor([tokens, lengths], dtype=torch.long, device=self.kv.pool.device)
+        ids, positions = ids_pos[:1], ids_pos[1]
+        slots = self._slots[:B, :L]  # a view: strides (width, 1) for every B and L, so no restride guard
         # B and L are symbols from the first compile on (the pool's and the weights' shapes stay static);
         # "maybe": B = 1 may still be specialised (a second graph)
-        for t, dims in ((ids, (1,)), (positions, (0,)), (slots, (0, 1)), (write_slots, (0,))):
+        for t, dims in ((ids, (1,)), (positions, (0,)), (slots, (0, 1))):
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(t, dim)
-        logits = self.step(self.model, self.kv.pool, ids, positions, slots, write_slots)
-        batch.advance()
+        logits = self.step(self.model, self.kv.pool, ids, positions, slots)
+        for cache in caches:  # every layer has written: each sequence now holds one more token
+            cache.length += 1
+        self._lengths = [n + 1 for n in lengths]
         return logits
