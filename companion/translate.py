@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 import torch
 from torch import Tensor, nn
@@ -195,12 +196,9 @@ def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_si
         V = logp.shape[-1]
         total = scores[:, None] + logp  # (n, V)
         keep_rows, keep_tokens, keep_scores, new_beams, new_owner = [], [], [], [], []
-        first = 0
-        while first < len(owner):  # one source at a time: its rows are owner[first:last]
-            b = owner[first]
-            last = first
-            while last < len(owner) and owner[last] == b:
-                last += 1
+        for b, rows in groupby(range(len(owner)), key=owner.__getitem__):  # one source at a time
+            rows = list(rows)
+            first, last = rows[0], rows[-1] + 1
             candidates = total[first:last].flatten()
             width = beam_size - len(finished[b])
             top_scores, top_index = candidates.topk(min(width, candidates.numel()))
@@ -215,7 +213,6 @@ def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_si
                     keep_scores.append(s)
                     new_beams.append(beams[row] + [tok])
                     new_owner.append(b)
-            first = last
         if not new_beams:
             break
         if step == max_len - 1:  # out of room: the live beams join their lists unfinished

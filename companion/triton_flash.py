@@ -79,6 +79,20 @@ if triton is not None:
         return keep
 
     @triton.jit
+    def _key_range(start_m, S, OFFSET, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                   HAS_WINDOW: tl.constexpr):
+        """[lo, hi): the keys the query rows start_m .. start_m + BLOCK_M - 1 may read, lo rounded down to a
+        key block (companion.flash.key_block_range); the forward and the dQ pass both loop over it."""
+        lo = 0
+        hi = S
+        if CAUSAL:
+            hi = tl.minimum(S, start_m + BLOCK_M + OFFSET)
+            if HAS_WINDOW:
+                lo = tl.maximum(0, start_m + OFFSET - WINDOW + 1)
+                lo = (lo // BLOCK_N) * BLOCK_N
+        return lo, hi
+
+    @triton.jit
     def _fwd_kernel(
         Q, K, V, O, LSE,
         sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t, sl_b, sl_h,
@@ -105,14 +119,8 @@ if triton is not None:
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-        # Key blocks that no row of this block may read are never loaded (companion.flash.key_block_range).
-        lo = 0
-        hi = S
-        if CAUSAL:
-            hi = tl.minimum(S, start_m + BLOCK_M + OFFSET)
-            if HAS_WINDOW:
-                lo = tl.maximum(0, start_m + OFFSET - WINDOW + 1)
-                lo = (lo // BLOCK_N) * BLOCK_N
+        # Key blocks that no row of this block may read are never loaded.
+        lo, hi = _key_range(start_m, S, OFFSET, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
         for start_n in range(lo, hi, BLOCK_N):
             cols = start_n + offs_n
             kT = tl.load(k_base + cols[None, :] * sk_t + offs_d[:, None], mask=cols[None, :] < S, other=0.0)
@@ -221,13 +229,7 @@ if triton is not None:
         v_base = V + b * sv_b + kvh * sv_h
         dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-        lo = 0
-        hi = S
-        if CAUSAL:
-            hi = tl.minimum(S, start_m + BLOCK_M + OFFSET)
-            if HAS_WINDOW:
-                lo = tl.maximum(0, start_m + OFFSET - WINDOW + 1)
-                lo = (lo // BLOCK_N) * BLOCK_N
+        lo, hi = _key_range(start_m, S, OFFSET, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
         for start_n in range(lo, hi, BLOCK_N):
             cols = start_n + offs_n0
             kT = tl.load(k_base + cols[None, :] * sk_t + offs_d[:, None], mask=cols[None, :] < S, other=0.0)

@@ -2,12 +2,14 @@
 
 Triton reads ``TRITON_INTERPRET`` once, at import, so a test that wants the CPU interpreter (or wants
 it off, or wants triton hidden) must run in a new process. ``run_snippet`` starts one with the
-repository on ``PYTHONPATH`` and ``TRITON_INTERPRET`` set to 1 or removed.
+repository on ``PYTHONPATH`` and ``TRITON_INTERPRET`` set to 1 or removed; ``missing_triton_message``
+runs a kernel entry point with triton hidden and returns the ImportError it raised.
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +24,27 @@ def run_snippet(code: str, *, interpret: bool, timeout: int = 120) -> subprocess
     else:
         env.pop("TRITON_INTERPRET", None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def missing_triton_message(module: str, call: str) -> str:
+    """Import ``companion.<module>`` with triton hidden, check it says triton is unavailable, pretend the
+    device is fine (INTERPRET) so that ``call`` reaches the missing-package check, and return the text
+    of the ImportError that ``call`` raises ("" if it raised none)."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["triton"] = None  # makes 'import triton' raise ImportError
+        import torch
+        import companion, companion.backends, companion.paged  # the modules that reach the kernels
+        from companion import {module} as m
+        assert m.triton is None and not m.triton_available()
+        m.INTERPRET = True
+        try:
+            {call}
+        except ImportError as e:
+            print("IMPORT-ERROR:", e)
+        """
+    )
+    res = run_snippet(code, interpret=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.partition("IMPORT-ERROR:")[2]

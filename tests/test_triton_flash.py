@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from python_snippet import run_snippet
+from python_snippet import missing_triton_message, run_snippet
 
 from companion import triton_flash
 from companion.backends import attend
@@ -61,25 +61,8 @@ def test_argument_checks():
 
 def test_package_imports_and_explains_without_triton():
     """With triton hidden, the package and this module still import, and asking for the kernel says what to install."""
-    code = textwrap.dedent(
-        """
-        import sys
-        sys.modules["triton"] = None  # makes 'import triton' raise ImportError
-        import companion, companion.backends
-        from companion import triton_flash
-        assert triton_flash.triton is None and not triton_flash.triton_available()
-        triton_flash.INTERPRET = True  # pretend the device is fine, to reach the missing-package check
-        import torch
-        x = torch.randn(1, 1, 16, 16, dtype=torch.float16)
-        try:
-            triton_flash.flash_forward(x, x, x)
-        except ImportError as e:
-            print("IMPORT-ERROR:", e)
-        """
-    )
-    res = run_snippet(code, interpret=False)
-    assert res.returncode == 0, res.stderr
-    assert "IMPORT-ERROR:" in res.stdout and "pip install 'companion[triton]'" in res.stdout
+    message = missing_triton_message("triton_flash", "x = torch.randn(1, 1, 16, 16, dtype=torch.float16); m.flash_forward(x, x, x)")
+    assert "pip install 'companion[triton]'" in message
 
 
 # ---------------------------------------------------------------- CPU: the kernels under the interpreter

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 import torch
-from python_snippet import run_snippet
+from python_snippet import missing_triton_message, run_snippet
 
 import companion.mha
 from companion import triton_paged
@@ -172,24 +172,8 @@ def test_cpu_tensors_get_a_clear_error():
 
 
 def test_package_imports_and_explains_without_triton():
-    code = textwrap.dedent(
-        """
-        import sys
-        sys.modules["triton"] = None  # makes 'import triton' raise ImportError
-        import companion, companion.paged
-        from companion import triton_paged
-        assert triton_paged.triton is None and not triton_paged.triton_available()
-        triton_paged.INTERPRET = True  # pretend the device is fine, to reach the missing-package check
-        import torch
-        try:
-            triton_paged.paged_attention(torch.zeros(1, 1, 16), *[None] * 6)
-        except ImportError as e:
-            print("IMPORT-ERROR:", e)
-        """
-    )
-    res = run_snippet(code, interpret=False)
-    assert res.returncode == 0, res.stderr
-    assert "IMPORT-ERROR:" in res.stdout and "pip install 'companion[triton]'" in res.stdout
+    message = missing_triton_message("triton_paged", "m.paged_attention(torch.zeros(1, 1, 16), *[None] * 6)")
+    assert "pip install 'companion[triton]'" in message
 
 
 # ---------------------------------------------------------------- CPU: the kernel under the interpreter
