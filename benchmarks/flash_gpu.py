@@ -45,7 +45,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         _bail("needs a CUDA GPU; none is visible here (this benchmark has nothing to run on a CPU: "
               "see benchmarks/flash_memory.py for the CPU measurements)")
-    from companion import triton_flash
+    from companion.kernels import triton_flash
 
     if triton_flash.triton is None:
         _bail("needs triton: pip install 'companion[triton]'")

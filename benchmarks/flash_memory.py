@@ -57,7 +57,7 @@ def _one(method: str, T: int, block: int) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from companion.attention import scaled_dot_product_attention
-    from companion.flash import tiled_attention
+    from companion.kernels.flash import tiled_attention
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
 

@@ -18,9 +18,9 @@ import torch
 
 from companion.engine import Engine
 from companion.engine.bench import serve_benchmark
-from companion.generate import SamplingParams, generate
+from companion.inference.generate import SamplingParams, generate
 from companion.models import from_preset
-from companion.paged import PagedKVCache
+from companion.inference.paged import PagedKVCache
 
 
 def fit_exponent(xs, ys) -> float:
@@ -147,7 +147,7 @@ def bench_quant_scores(n_tokens=96) -> None:
     """Layer 0 of llama-like: scores z_ij = q_i . k_j / sqrt(d_h) with keys as stored (after RoPE),
     float against int8 / int4 round trips. Layer 0's input does not depend on the cache, so this
     isolates the error the quantised keys put into the scores."""
-    from companion.kvquant import dequantize, quantize
+    from companion.inference.kvquant import dequantize, quantize
 
     torch.manual_seed(3)
     model = from_preset("llama-like").eval()

@@ -11,7 +11,7 @@ One run does everything, in this order, and stops at the first failure (exit sta
       token the no-cache forward's top-two logits are within ``TIE_TOL[dtype]`` (batched and single
       matmuls may round differently); anything else fails;
    b. logits of the paged attention kernels over the same random trace (prefill chunks, decode steps,
-      shared prefixes): "triton" (``companion.triton_paged``) and "flex" (flex_attention over the
+      shared prefixes): "triton" (``companion.kernels.triton_paged``) and "flex" (flex_attention over the
       pool) against "gather": float32 within ``KERNEL_TOL``; lower precision about as close to a float32
       run as "gather" itself is (see ``check_kernels``);
 2. timing: the Engine (eager, and ``compile=True`` unless --no-compile) against transformers'
@@ -76,7 +76,7 @@ def check_engine_vs_alone(model, n_requests: int, new: int, seed: int = 0) -> di
     import torch
 
     from companion.engine import Engine
-    from companion.generate import SamplingParams, generate
+    from companion.inference.generate import SamplingParams, generate
 
     rng = random.Random(seed)
     V = model.config.vocab_size
@@ -117,8 +117,8 @@ def check_kernels(model, kernels, steps: int = 12, seed: int = 0) -> dict:
 
     import torch
 
-    from companion.generate import packed_forward
-    from companion.paged import PagedKVCache
+    from companion.inference.generate import packed_forward
+    from companion.inference.paged import PagedKVCache
 
     rng = random.Random(seed)
     V = model.config.vocab_size
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
 
     # 1. correctness
     if "check" not in args.skip:
-        from companion import triton_flash
+        from companion.kernels import triton_flash
 
         kernels = []
         if dev.type == "cuda" or triton_flash.INTERPRET:

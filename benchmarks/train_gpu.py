@@ -3,7 +3,7 @@
 One script, one run: build GPT-2 small (``gpt_from_preset("gpt2")``, context 1024), train it on random
 token windows with the companion's ``Trainer`` in each requested configuration (bf16 autocast, SDPA
 attention, with and without ``torch.compile``), and print tokens/s and MFU = achieved model FLOP/s
-divided by the device's peak dense bf16 rate (``companion.train.PEAK_BF16_TFLOPS``). The goal in the
+divided by the device's peak dense bf16 rate (``companion.training.trainer.PEAK_BF16_TFLOPS``). The goal in the
 book's issue tracker is MFU >= 40% with compile.
 
     python benchmarks/train_gpu.py                      # a few minutes on an H100-class GPU
@@ -23,7 +23,9 @@ import time
 import torch
 
 from companion.models import gpt_from_preset
-from companion.train import LMData, Trainer, TrainConfig, peak_flops, training_flops_per_token
+from companion.data.loaders import LMData
+from companion.training.trainer import Trainer, TrainConfig
+from companion.accounting import peak_flops, training_flops_per_token
 
 
 def run(compile_model: bool, steps: int, batch: int, context: int, warmup_steps: int) -> dict:

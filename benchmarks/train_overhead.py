@@ -1,11 +1,11 @@
-"""Trainer overhead: companion.train.Trainer against a bare hand-written loop, same model, same batches.
+"""Trainer overhead: companion.training.trainer.Trainer against a bare hand-written loop, same model, same batches.
 
     .venv/bin/python benchmarks/train_overhead.py                 # about a minute on 2 cores
     .venv/bin/python benchmarks/train_overhead.py --threads 2 --rounds 12 --steps-per-round 25
 
 Both loops train their own copy of one initialisation of a character GPT on Shakespeare (the issue's
 calibration shape: 2 layers, d = 64, 4 heads, context 64, batch 32) with the same optimizer
-(companion.optim AdamW), gradient clipping, warmup + cosine schedule and batches (two LMData sources
+(companion.training.optim AdamW), gradient clipping, warmup + cosine schedule and batches (two LMData sources
 with one seed). They take turns: each round runs ``--steps-per-round`` steps of one, then of the other
 (the order alternates), so slow and fast moments of a shared machine hit both alike. The trainer runs
 through its public ``fit()`` (progress bar off, logging every 10 steps, no evaluation data), so the
@@ -29,9 +29,10 @@ import torch.nn.functional as F
 
 from companion.data import load, split_text
 from companion.models import GPT, GPTConfig
-from companion.optim import WarmupCosine, build_optimizer, clip_grad_norm, scheduler
+from companion.training.optim import WarmupCosine, build_optimizer, clip_grad_norm, scheduler
 from companion.tokenizers import CharTokenizer
-from companion.train import LMData, TrainConfig, Trainer
+from companion.data.loaders import LMData
+from companion.training.trainer import TrainConfig, Trainer
 
 
 def make_model(vocab: int, args) -> GPT:

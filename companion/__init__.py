@@ -1,42 +1,51 @@
 """companion: the code of the book, importable.
 
-One concept per module, named for the concept:
-- ``companion.attention``: scaled dot-product attention and masks (chapter 1).
-- ``companion.profile``: the quick/gpu switch, device choice and seeding used by every chapter.
-- ``companion.viz``: the plots the chapters share.
-- ``companion.norms``: LayerNorm and RMSNorm written out (chapters 3, 6).
-- ``companion.positions``: sinusoidal, learned, RoPE (+ PI / NTK / YaRN), ALiBi (chapters 2, 7).
-- ``companion.feedforward``: ReLU/GELU MLPs and SwiGLU (chapters 3, 6).
-- ``companion.moe``: mixture of experts, routers and load balancing (chapter 9).
-- ``companion.cache``: the per-layer cache interface and a contiguous cache (chapter 10).
-- ``companion.mha``: the multi-head (GQA/MQA) attention layer with masks, sinks, ALiBi (chapters 1, 8, 9).
-- ``companion.mla``: multi-head latent attention, expanded and absorbed (chapter 8).
-- ``companion.blocks``: pre-/post-norm residual blocks (chapters 3, 6).
-- ``companion.models``: Seq2SeqTransformer, GPT and the configurable Decoder with presets.
-- ``companion.accounting``: parameters, FLOPs and KV-cache bytes by formula (chapters 6, 8, 10).
-- ``companion.generate``: samplers and generate() with no / contiguous / paged caches (chapters 10, 12).
-- ``companion.paged``: the paged KV cache: block tables, free list, prefix hashing, copy-on-write (chapter 12).
-- ``companion.kvquant``: int8 / int4 KV quantisation with per-(token, head) scales (chapter 12).
-- ``companion.engine``: the continuous-batching serving engine (scheduler, runner, sequences) (chapter 12).
-- ``companion.data``: offline corpora (Shakespeare, verse-aligned Bibles), ``datasets`` objects, batching, synthetic tasks.
-- ``companion.tokenizers``: character-level, byte-level BPE from scratch, and the same BPE via ``tokenizers``.
-- ``companion.optim``: Adam, AdamW, parameter groups, gradient clipping, learning-rate schedules.
-- ``companion.losses``: cross-entropy with ignore index and loss masks, label smoothing.
-- ``companion.train``: one training loop for every model (accumulation, bf16, DDP, exact resume, history, MFU).
-- ``companion.checkpoint``: safetensors + JSON checkpoints, written atomically, SHA-256 checked, never unpickled.
-- ``companion.translate``: greedy and beam search for the encoder-decoder; corpus BLEU and chrF.
-- ``companion.train_cli``: the ``train`` and ``sample`` commands of ``python -m companion``.
-- ``companion.backends``: ``attend``, the one attention entry point (reference, sdpa, tiled, triton).
-- ``companion.flash``: the online softmax, tiled attention and its recomputing backward (chapter 11).
-- ``companion.triton_flash``: the same as Triton GPU kernels (imported lazily; needs triton and CUDA).
-- ``companion.triton_paged``: paged attention as a Triton kernel reading K/V from the page pool (lazily; triton + CUDA).
-- ``companion.hf``: weights to and from Hugging Face transformers (optional extra ``hf``).
-- ``companion.attention_maps``: record the cross-attention weights a model used (chapter 3).
-- ``companion.widgets``: the ipywidgets explorers of the chapters.
+The map, module -> chapters. The mathematics sits flat, where a reader looks first; the systems
+parts have named homes. Layers, lowest first (``tests/test_import_layers.py`` keeps them so: a module
+imports only from its own layer or below, and there are no import circles):
+mathematics -> kernels -> cache -> layers -> models -> tokenizers / data -> inference ->
+accounting / hf -> engine / training -> notebook / exercises -> this package and its command line.
+
+The mathematics
+- ``companion.attention``: scaled dot-product attention, softmax and masks (1).
+- ``companion.positions``: sinusoidal, learned, RoPE (+ PI / NTK / YaRN), ALiBi (2, 7).
+- ``companion.norms``: LayerNorm and RMSNorm written out (3, 6).
+- ``companion.feedforward``: ReLU / GELU MLPs and SwiGLU (3, 6).
+- ``companion.cache``: the per-layer cache interface and a contiguous cache (10).
+- ``companion.mha``: the multi-head (GQA / MQA) attention layer with masks, sinks, ALiBi (1, 3, 8, 9).
+- ``companion.mla``: multi-head latent attention, expanded and absorbed (8).
+- ``companion.moe``: mixture of experts, routers and load balancing (9).
+- ``companion.blocks``: pre- / post-norm residual blocks (3, 6).
+- ``companion.models``: ``Seq2SeqTransformer`` (3), ``GPT`` (4), the configurable ``Decoder`` and its
+  presets (6-9).
+- ``companion.accounting``: parameters, FLOPs, KV-cache bytes, GPU peaks, by formula (3, 6, 8, 10).
+- ``companion.hf``: weights to and from Hugging Face transformers (6-9; optional extra ``hf``).
 - ``companion.files``: atomic file writes and SHA-256 digests.
+
+The systems
+- ``companion.kernels``: ``attend``, the one attention entry point (reference, sdpa, tiled, triton);
+  ``flash``, the online softmax, tiled attention and its recomputing backward (11); Triton kernels
+  (``triton_flash``, ``triton_paged``, imported lazily: triton + CUDA) and ``paged_reference`` (12).
+- ``companion.inference``: ``generate`` (samplers, no / contiguous / paged caches; 4, 10, 12),
+  ``translate`` (greedy and beam search, BLEU / chrF; 3), ``kvquant`` (int8 / int4 KV; 12), ``paged``
+  (page pool, sequence views, packed batches) and ``block_manager`` (free list, prefix hashing,
+  copy-on-write) (12).
+- ``companion.engine``: the continuous-batching server: sequence, scheduler, runner, compiled decode
+  step, engine (12, 13).
+- ``companion.training``: ``optim`` (Adam, AdamW, schedules; 5), ``losses`` (3, 4), ``trainer`` (one
+  loop for every model: accumulation, bf16, DDP, exact resume), ``checkpoint``, ``cli`` (3-13).
+- ``companion.data``: offline corpora (Shakespeare, verse-aligned Bibles) as ``datasets`` objects,
+  batching, the trainer's data sources (``loaders``), synthetic tasks (3, 4).
+- ``companion.tokenizers``: characters, words, byte-level BPE from scratch and via ``tokenizers`` (3, 4).
+
+For the notebooks
+- ``companion.profile()``: the quick / gpu switch, device choice and seeding every chapter starts
+  with (the module is ``companion.notebook.profile``).
+- ``companion.notebook``: ``viz`` (plots and diagrams), ``widgets`` (explorers), ``attention_maps``.
+- ``companion.exercises``: checkers for the chapters' exercises, ``check("ch01.masked_softmax", fn)``.
 """
 
-from .profile import Profile, pick_device, profile, seed_everything
+from companion.notebook.profile import Profile, pick_device, profile, seed_everything
 
 __version__ = "0.1.0"
 

@@ -3,12 +3,12 @@
 Commands
 - ``generate``: sample from a model, streaming tokens as they come.
     python -m companion generate --preset llama-like --prompt "Once upon" --max-new-tokens 20 --cache paged
-  ``--checkpoint DIR`` loads a ``companion.checkpoint`` directory (config.json, model.safetensors and
+  ``--checkpoint DIR`` loads a ``companion.training.checkpoint`` directory (config.json, model.safetensors and
   the tokenizer saved with it); without it the preset's random weights are used and text prompts are
   encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary). ``--ids`` takes token ids.
 - ``bench-serve``: engine (continuous batching) versus one-request-at-a-time throughput.
 - ``train`` / ``sample``: train a model on a corpus with checkpoints; sample from (or translate with) one
-  (``companion.train_cli``; ``python -m companion train --help``).
+  (``companion.training.cli``; ``python -m companion train --help``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import torch
 
 
 def _load_model(args):
-    """(model, tokenizer or None): from a checkpoint (``companion.checkpoint``) or a preset's random weights."""
-    from .models import from_preset, gpt_from_preset
+    """(model, tokenizer or None): from a checkpoint (``companion.training.checkpoint``) or a preset's random weights."""
+    from companion.models import from_preset, gpt_from_preset
 
     if args.checkpoint:
-        from .checkpoint import load_model, load_tokenizer
+        from companion.training.checkpoint import load_model, load_tokenizer
 
         return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
     torch.manual_seed(args.seed if args.seed is not None else 0)
@@ -35,7 +35,7 @@ def _load_model(args):
 
 
 def cmd_generate(args) -> int:
-    from .generate import SamplingParams, generate
+    from companion.inference.generate import SamplingParams, generate
 
     model, tokenizer = _load_model(args)
     if args.ids:
@@ -64,8 +64,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench_serve(args) -> int:
-    from .engine.bench import serve_benchmark
-    from .models import from_preset
+    from companion.engine.bench import serve_benchmark
+    from companion.models import from_preset
 
     torch.manual_seed(0)
     model = from_preset(args.preset, d_model=args.d_model, n_layers=args.n_layers, max_seq_len=512).eval()
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     g = sub.add_parser("generate", help="generate tokens from a model")
     g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny")
-    g.add_argument("--checkpoint", default=None, help="a companion.checkpoint run or step directory")
+    g.add_argument("--checkpoint", default=None, help="a companion.training.checkpoint run or step directory")
     g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids)")
     g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of text")
     g.add_argument("--max-new-tokens", type=int, default=32)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--page-size", type=int, default=16)
     b.set_defaults(func=cmd_bench_serve)
 
-    from .train_cli import add_subcommands
+    from companion.training.cli import add_subcommands
 
     add_subcommands(sub)  # train, sample
 

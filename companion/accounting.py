@@ -20,10 +20,13 @@ import math
 from numbers import Real
 from typing import Sequence
 
-from .kvquant import BITS, bytes_per_group
-from .models.decoder import DecoderConfig
-from .models.gpt import GPTConfig
-from .models.seq2seq import Seq2SeqConfig
+import torch
+from torch import nn
+
+from companion.inference.kvquant import BITS, bytes_per_group
+from companion.models.decoder import DecoderConfig
+from companion.models.gpt import GPTConfig
+from companion.models.seq2seq import Seq2SeqConfig
 
 __all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token",
            "kv_bytes_per_token", "decode_step_bytes"]
@@ -110,7 +113,7 @@ def kv_bytes_per_token(c: DecoderConfig | GPTConfig, bytes_per_value: int = 2, b
     """Per layer, the bytes one token's cached state occupies: K and V (g heads of d_h: GQA/MQA store
     g, not h), or MLA's latent c_j (d_c) and shared RoPE key (d_R). Float storage: ``kv_cache_bytes`` /
     ``mla_cache_bytes`` at one token and one layer; ``bits`` 8 or 4: the quantised pages of
-    ``companion.paged.PagePool``, one group per (token, head) (per token for each MLA tensor) of
+    ``companion.inference.paged.PagePool``, one group per (token, head) (per token for each MLA tensor) of
     ``kvquant.bytes_per_group`` bytes (d bits/8 of data + a float32 scale)."""
     if bits is not None and bits not in BITS:
         raise ValueError(f"bits must be None or one of {BITS}; got {bits!r}")
@@ -212,3 +215,65 @@ def decode_step_bytes(
     kv = sum(per * sum(ctx if w is None else min(ctx, w + keep) for ctx in context_lengths) for per, w in zip(per_token, windows))
     weights = round(n * param_bytes)
     return {"weights": weights, "kv": kv, "total": weights + kv}
+
+
+# --- training throughput: FLOPs per token and the GPUs' peaks ---------------------------------------
+
+# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s. Matched against
+# torch.cuda.get_device_name() in this order (the first substring that occurs wins).
+PEAK_BF16_TFLOPS: dict[str, float] = {
+    "GB200": 2500.0,
+    "B200": 2250.0,
+    "H100 PCIe": 756.0,
+    "H200": 989.0,
+    "H100": 989.0,
+    "GH200": 989.0,
+    "H800": 989.0,
+    "A100": 312.0,
+    "A800": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+    "A10G": 70.0,  # AWS's A10G; the A10 itself is listed as 125
+    "A10": 125.0,
+    "RTX 4090": 165.0,
+    "RTX 3090": 71.0,
+}
+
+
+def peak_flops(device: torch.device | str) -> float | None:
+    """Peak dense bf16 FLOP/s of a CUDA device from ``PEAK_BF16_TFLOPS`` (None on CPU or if unknown)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in name:
+            return tflops * 1e12
+    return None
+
+
+def training_flops_per_token(model: nn.Module, context: int) -> int | None:
+    """Training FLOPs per token (forward + backward ~ 3 x forward), ``companion.accounting.flops_per_token``.
+
+    Decoder: its config directly. GPT: the same formula on the equivalent Decoder config (LayerNorm,
+    GELU MLP with biases, learned positions, tied embeddings), minus the position table, which is a
+    lookup, not a matmul. Seq2SeqTransformer: None (the accounting module has no encoder-decoder formula).
+    """
+    from companion.models import GPT, Decoder, DecoderConfig, unwrap
+
+    model = unwrap(model)
+    if isinstance(model, Decoder):
+        c = model.config
+        flops = flops_per_token(c, context, training=True)
+        if c.position == "learned":
+            flops -= 3 * 2 * c.max_seq_len * c.d_model
+        return flops
+    if isinstance(model, GPT):
+        g = model.config
+        c = DecoderConfig(
+            vocab_size=g.vocab_size, d_model=g.n_embd, n_layers=g.n_layer, n_heads=g.n_head, max_seq_len=g.block_size,
+            norm="layer", position="learned", ffn="gelu", d_ff=4 * g.n_embd, ffn_bias=True, attn_bias=True,
+            tie_embeddings=True,
+        )
+        return flops_per_token(c, context, training=True) - 3 * 2 * g.block_size * g.n_embd
+    return None

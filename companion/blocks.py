@@ -16,8 +16,8 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from .cache import LayerCache
-from .norms import make_norm
+from companion.cache import LayerCache
+from companion.norms import make_norm
 
 __all__ = ["Block", "PLACEMENTS"]
 

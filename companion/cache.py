@@ -23,7 +23,7 @@ What this module provides
   ``same_sequence``, a (N, S) boolean that the attention layers AND into their position mask so
   no sequence reads another's keys.
 
-Paged and quantised caches (``companion.paged``, chapter 12) implement the same ``LayerCache`` protocol.
+Paged and quantised caches (``companion.inference.paged``, chapter 12) implement the same ``LayerCache`` protocol.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class PackedLayerView:
 class PackedBatchCache:
     """``ModelCache``-like wrapper: ``layer(i)`` packs layer i of every sequence's cache.
 
-    caches: per-sequence caches, each with ``layer(i)`` (``ModelCache`` or ``companion.paged.PagedSequenceCache``).
+    caches: per-sequence caches, each with ``layer(i)`` (``ModelCache`` or ``companion.inference.paged.PagedSequenceCache``).
     new_lengths: rows each sequence contributes to this forward, in the order they are packed.
     """
 

@@ -47,8 +47,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from .models.decoder import Decoder, DecoderConfig
-from .models.gpt import GPT, GPTConfig
+from companion.models.decoder import Decoder, DecoderConfig
+from companion.models.gpt import GPT, GPTConfig
 
 __all__ = ["to_hf", "from_hf", "hf_config", "DECODER_ARCHS"]
 

@@ -8,7 +8,7 @@ head i reads key/value head g(i) = i // (n_heads / n_kv_heads):
 Options, each one a constructor argument: fused QKV projection (one matrix, one matmul), biases,
 cross-attention (keys and values from an encoder's output), causal / padding / sliding-window masks,
 StreamingLLM kept initial tokens (``keep``), gpt-oss attention sinks (a learned per-head logit in
-the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.backends``).
+the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.kernels.attend``).
 
 The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
 an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .backends import BACKENDS, attend
-from .cache import LayerCache
-from .positions import RotaryEmbedding, alibi_bias, alibi_slopes
+from companion.kernels.attend import BACKENDS, attend
+from companion.cache import LayerCache
+from companion.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 
 __all__ = ["MultiHeadAttention", "position_mask", "check_heads"]
 
@@ -74,7 +74,7 @@ class MultiHeadAttention(nn.Module):
         causal, window, keep: masking (window = sliding window of w tokens; keep = kept initial tokens).
         sinks: learn one sink logit per head (gpt-oss).
         rope: a ``RotaryEmbedding`` applied to q and k; ``alibi``: add ALiBi biases instead.
-        backend: "auto", "reference", "sdpa", ... (``companion.backends.BACKENDS``).
+        backend: "auto", "reference", "sdpa", ... (``companion.kernels.attend.BACKENDS``).
     """
 
     def __init__(

@@ -26,11 +26,11 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .backends import BACKENDS, attend
-from .cache import LayerCache
-from .mha import position_mask
-from .norms import RMSNorm
-from .positions import RotaryEmbedding
+from companion.kernels.attend import BACKENDS, attend
+from companion.cache import LayerCache
+from companion.mha import position_mask
+from companion.norms import RMSNorm
+from companion.positions import RotaryEmbedding
 
 __all__ = ["MultiHeadLatentAttention"]
 

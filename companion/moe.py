@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .feedforward import SwiGLU
+from companion.feedforward import SwiGLU
 
 __all__ = ["MoE", "ROUTERS"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
 from companion.data import bible_dataset
 from companion.tokenizers import WordTokenizer
-from companion.translate import corpus_bleu, corpus_chrf
+from companion.inference.translate import corpus_bleu, corpus_chrf
 a = dict(split="random", max_words=20, steps=1000, batch=32, lr=2e-3, vocab=3000, warmup=50, ls=0.1, secs=1000.0)
 for kv in sys.argv[1:]:
     k, v = kv.split("="); a[k] = type(a[k])(v)

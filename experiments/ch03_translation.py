@@ -20,8 +20,9 @@ import torch
 from companion.data import bible_dataset, split_by_key
 from companion.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from companion.tokenizers import WordTokenizer
-from companion.train import PairData, TrainConfig, Trainer
-from companion.translate import corpus_bleu, corpus_chrf, translate
+from companion.data.loaders import PairData
+from companion.training.trainer import TrainConfig, Trainer
+from companion.inference.translate import corpus_bleu, corpus_chrf, translate
 
 a = dict(split="chapter", max_words=20, steps=1000, batch=32, lr=2e-3, vocab=3000, d=128, ff=256, L=2, h=4,
          warmup=50, ls=0.1, dropout=0.0, threads=2, secs=1000, opt="adamw", wd=0.0, b2=0.98, floor=0.1, sched="cosine")

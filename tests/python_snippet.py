@@ -27,7 +27,7 @@ def run_snippet(code: str, *, interpret: bool, timeout: int = 120) -> subprocess
 
 
 def missing_triton_message(module: str, call: str) -> str:
-    """Import ``companion.<module>`` with triton hidden, check it says triton is unavailable, pretend the
+    """Import ``companion.kernels.<module>`` with triton hidden, check it says triton is unavailable, pretend the
     device is fine (INTERPRET) so that ``call`` reaches the missing-package check, and return the text
     of the ImportError that ``call`` raises ("" if it raised none)."""
     code = textwrap.dedent(
@@ -35,8 +35,8 @@ def missing_triton_message(module: str, call: str) -> str:
         import sys
         sys.modules["triton"] = None  # makes 'import triton' raise ImportError
         import torch
-        import companion, companion.backends, companion.paged  # the modules that reach the kernels
-        from companion import {module} as m
+        import companion, companion.kernels.attend, companion.inference.paged  # the modules that reach the kernels
+        from companion.kernels import {module} as m
         assert m.triton is None and not m.triton_available()
         m.INTERPRET = True
         try:

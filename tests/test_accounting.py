@@ -50,7 +50,7 @@ def test_cache_bytes_formula_matches_measured(name):
 # decode_step_bytes: the bytes one decode step reads ------------------------------------------------
 
 from companion.accounting import decode_step_bytes, kv_bytes_per_token  # noqa: E402
-from companion.paged import PagedKVCache  # noqa: E402
+from companion.inference.paged import PagedKVCache  # noqa: E402
 
 
 def test_decode_step_bytes_hand_count():
@@ -97,7 +97,7 @@ def test_decode_step_bytes_gpt():
 @pytest.mark.parametrize("name", ["llama-like", "deepseek-like", "gemma3-like"])
 @pytest.mark.parametrize("bits", [None, 8, 4])
 def test_kv_bytes_per_token_match_allocated_pages(name, bits):
-    """Bytes per token from the formula == what companion.paged allocates (data + scales) per slot."""
+    """Bytes per token from the formula == what companion.inference.paged allocates (data + scales) per slot."""
     model = from_preset(name)
     kv = PagedKVCache(model, n_pages=5, page_size=4, bits=bits)
     assert sum(kv_bytes_per_token(model.config, 4, bits)) * 5 * 4 == kv.pool.nbytes()["total"]

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from companion.attention_maps import record_cross_attention
+from companion.notebook.attention_maps import record_cross_attention
 from companion.models.seq2seq import seq2seq_from_preset
 
 

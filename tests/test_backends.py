@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from companion.attention import padding_mask
-from companion.backends import BACKENDS, attend, build_mask, expand_kv
+from companion.kernels.attend import BACKENDS, attend, build_mask, expand_kv
 
 # The Triton kernel takes CUDA fp16/bf16 tensors with head dim 64 or 128, not these small CPU float
 # cases; tests/test_triton_flash.py holds it to the reference on a GPU (and under the interpreter).

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from companion.engine import Engine
-from companion.generate import SamplingParams, generate
+from companion.inference.generate import SamplingParams, generate
 from companion.models import from_preset
 
 

@@ -13,9 +13,9 @@ import torch
 
 from companion.engine import Engine
 from companion.engine.compiled import CompiledDecode, compile_unavailable, compile_unsupported
-from companion.generate import SamplingParams, packed_forward
+from companion.inference.generate import SamplingParams, packed_forward
 from companion.models import from_preset
-from companion.paged import PagedKVCache
+from companion.inference.paged import PagedKVCache
 
 UNAVAILABLE = compile_unavailable()
 

@@ -13,9 +13,9 @@ import torch
 from python_snippet import run_snippet
 
 from companion.engine import Engine
-from companion.generate import SamplingParams, generate, packed_forward
+from companion.inference.generate import SamplingParams, generate, packed_forward
 from companion.models import from_preset
-from companion.paged import PagedKVCache, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
+from companion.inference.paged import PagedKVCache, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_FLEX = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
@@ -156,9 +156,9 @@ _ENGINE_TRITON = textwrap.dedent(
     """
     import json, torch
     from companion.engine import Engine
-    from companion.generate import SamplingParams
+    from companion.inference.generate import SamplingParams
     from companion.models import from_preset
-    import companion.triton_paged as triton_paged
+    import companion.kernels.triton_paged as triton_paged
     assert triton_paged.INTERPRET
     calls, real = [0], triton_paged.paged_attention
 

@@ -1,4 +1,4 @@
-"""companion.flash: the online-softmax algebra, tiled attention and its recomputing backward.
+"""companion.kernels.flash: the online-softmax algebra, tiled attention and its recomputing backward.
 
 The oracle throughout is the dense path: ``companion.attention.scaled_dot_product_attention`` on
 explicitly expanded K/V heads with an explicitly built (T, S) mask, plus torch.softmax /
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from companion.attention import causal_mask, padding_mask, scaled_dot_product_attention, sliding_window_mask
-from companion.flash import (
+from companion.kernels.flash import (
     SoftmaxState,
     block_state,
     empty_state,

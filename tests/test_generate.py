@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from companion.generate import SamplingParams, filter_logits, generate, sample
+from companion.inference.generate import SamplingParams, filter_logits, generate, sample
 from companion.models import PRESETS, from_preset, gpt_from_preset
 
 MODELS = list(PRESETS) + ["gpt2-tiny"]

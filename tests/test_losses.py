@@ -1,4 +1,4 @@
-"""companion.losses: masked cross-entropy and label smoothing against torch."""
+"""companion.training.losses: masked cross-entropy and label smoothing against torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from companion.losses import IGNORE_INDEX, cross_entropy, lm_shift, prompt_mask
+from companion.training.losses import IGNORE_INDEX, cross_entropy, lm_shift, prompt_mask
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
@@ -83,7 +83,7 @@ def test_bad_inputs():
 
 
 def test_cross_entropy_keeps_float64_and_upcasts_half():
-    from companion.losses import cross_entropy
+    from companion.training.losses import cross_entropy
 
     logits = torch.randn(3, 5, dtype=torch.float64)
     targets = torch.tensor([0, 4, 2])

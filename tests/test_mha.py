@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from companion.backends import attend
+from companion.kernels.attend import attend
 from companion.cache import ContiguousLayerCache
 from companion.mha import MultiHeadAttention, position_mask
 from companion.positions import RotaryEmbedding, alibi_slopes

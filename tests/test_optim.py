@@ -1,4 +1,4 @@
-"""companion.optim: Adam/AdamW against torch, Adam+L2 vs AdamW, parameter groups, clipping, schedules."""
+"""companion.training.optim: Adam/AdamW against torch, Adam+L2 vs AdamW, parameter groups, clipping, schedules."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from companion import optim
+from companion.training import optim
 
 
 def _run(cls_a, cls_b, steps=100, **kwargs):

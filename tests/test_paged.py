@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from companion.accounting import kv_cache_bytes, mla_cache_bytes
-from companion.generate import packed_forward
-from companion.kvquant import bytes_per_group, dequantize, quantize
+from companion.inference.generate import packed_forward
+from companion.inference.kvquant import bytes_per_group, dequantize, quantize
 from companion.models import from_preset, gpt_from_preset
-from companion.paged import BlockManager, PagedKVCache, PoolExhausted, kv_token_shapes
+from companion.inference.block_manager import BlockManager, PoolExhausted
+from companion.inference.paged import PagedKVCache, kv_token_shapes
 
 
 def _prefill_and_decode(model, seq_cache, tokens, split):
@@ -205,8 +206,8 @@ def test_commit_fast_path_registers_what_the_full_register_would(seed, monkeypat
     its name since the sequence's last commit; on random traces with shared prefixes, copy-on-write
     and preemption, running the full chain + register after every commit changes nothing."""
     from companion.engine import Engine
-    from companion.generate import SamplingParams
-    from companion.paged import PagedSequenceCache
+    from companion.inference.generate import SamplingParams
+    from companion.inference.paged import PagedSequenceCache
 
     rng = random.Random(seed)
     torch.manual_seed(seed)

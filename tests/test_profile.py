@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import companion
-from companion.profile import ENV_VAR, profile
+from companion.notebook.profile import ENV_VAR, profile
 
 
 def test_default_profile_is_quick_on_cpu(monkeypatch):

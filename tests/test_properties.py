@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from companion.backends import build_mask
+from companion.kernels.attend import build_mask
 from companion.blocks import Block
 from companion.feedforward import SwiGLU
 from companion.mha import MultiHeadAttention, position_mask

@@ -1,4 +1,4 @@
-"""companion.train and companion.checkpoint: learning, accumulation, exact resume, DDP, checkpoints, errors."""
+"""companion.training.trainer and companion.training.checkpoint: learning, accumulation, exact resume, DDP, checkpoints, errors."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from companion import checkpoint as ckpt
+from companion.training import checkpoint as ckpt
 from companion.data import collate_pairs, make_pairs
 from companion.data.batching import IGNORE_INDEX
 from companion.data.synthetic import BOS, EOS, PAD, to_lm
 from companion.models import GPT, Decoder, DecoderConfig, GPTConfig, seq2seq_from_preset
-from companion.train import (
-    History, LMData, PairData, SequenceData, TrainConfig, Trainer, peak_flops, training_flops_per_token,
-)
+from companion.training.trainer import History, TrainConfig, Trainer
+from companion.data.loaders import LMData, PairData, SequenceData
+from companion.accounting import peak_flops, training_flops_per_token
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,7 +46,7 @@ def quiet(**kw) -> TrainConfig:
 
 
 def test_synthetic_seq2seq_learns_reverse_in_200_steps():
-    from companion.translate import greedy_decode
+    from companion.inference.translate import greedy_decode
 
     pairs = make_pairs("reverse", 20000, vocab_size=16, min_len=1, max_len=6, seed=0)
     val = make_pairs("reverse", 100, vocab_size=16, min_len=1, max_len=6, seed=1)

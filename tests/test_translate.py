@@ -1,4 +1,4 @@
-"""companion.translate: greedy and beam search for the encoder-decoder, BLEU and chrF."""
+"""companion.inference.translate: greedy and beam search for the encoder-decoder, BLEU and chrF."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from companion.data import collate_pairs, make_pairs
 from companion.data.synthetic import BOS, EOS, PAD
 from companion.models import seq2seq_from_preset
-from companion.translate import (
+from companion.inference.translate import (
     beam_search, beam_search_one, corpus_bleu, corpus_chrf, greedy_decode, length_penalty, sequence_log_prob, translate,
 )
 
@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def model():
     """A tiny model trained briefly on sorting: it ends its outputs with EOS, but is unsure enough that
     greedy decoding is often not the most probable sequence."""
-    from companion.train import PairData, TrainConfig, Trainer
+    from companion.data.loaders import PairData
+    from companion.training.trainer import TrainConfig, Trainer
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -1,9 +1,9 @@
-"""companion.triton_flash: argument checks everywhere, the kernels under Triton's CPU interpreter where
+"""companion.kernels.triton_flash: argument checks everywhere, the kernels under Triton's CPU interpreter where
 triton is installed, and on a GPU where CUDA is available (skipped with a visible reason elsewhere).
 
-The oracle is companion.flash.tiled_attention in float32 on the same (rounded) half-precision
+The oracle is companion.kernels.flash.tiled_attention in float32 on the same (rounded) half-precision
 inputs, itself held to the dense reference by tests/test_flash.py, plus the dense reference
-through companion.backends.attend for the backend check.
+through companion.kernels.attend.attend for the backend check.
 """
 
 import importlib.util
@@ -14,9 +14,9 @@ import pytest
 import torch
 from python_snippet import missing_triton_message, run_snippet
 
-from companion import triton_flash
-from companion.backends import attend
-from companion.flash import tiled_attention
+from companion.kernels import triton_flash
+from companion.kernels.attend import attend
+from companion.kernels.flash import tiled_attention
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -70,8 +70,8 @@ def test_package_imports_and_explains_without_triton():
 _INTERPRETED = textwrap.dedent(
     """
     import json, torch
-    from companion.triton_flash import flash_forward, flash_backward, triton_attention, INTERPRET
-    from companion.flash import tiled_attention
+    from companion.kernels.triton_flash import flash_forward, flash_backward, triton_attention, INTERPRET
+    from companion.kernels.flash import tiled_attention
     assert INTERPRET
     gen = torch.Generator().manual_seed(0)
     results = []

@@ -18,11 +18,12 @@ import torch
 from python_snippet import missing_triton_message, run_snippet
 
 import companion.mha
-from companion import triton_paged
+from companion.kernels import triton_paged
 from companion.cache import PackedBatchCache
-from companion.generate import packed_forward
+from companion.inference.generate import packed_forward
 from companion.models import from_preset
-from companion.paged import PagedKVCache, paged_attention_reference
+from companion.inference.paged import PagedKVCache
+from companion.kernels.paged_reference import paged_attention_reference
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -183,9 +184,10 @@ _INTERPRETED = textwrap.dedent(
     import json, sys, torch
     sys.path.insert(0, "tests")
     from test_triton_paged import _random_paged
-    from companion.triton_paged import paged_attention, INTERPRET
-    from companion.paged import PagedKVCache, paged_attention_reference
-    from companion.generate import packed_forward
+    from companion.kernels.triton_paged import paged_attention, INTERPRET
+    from companion.inference.paged import PagedKVCache
+    from companion.kernels.paged_reference import paged_attention_reference
+    from companion.inference.generate import packed_forward
     from companion.models import from_preset
     assert INTERPRET
     results = []

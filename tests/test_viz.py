@@ -5,8 +5,8 @@ matplotlib.use("Agg")
 import pytest
 import torch
 
-from companion.viz import attention_heatmap
-from companion.widgets import softmax_temperature_explorer
+from companion.notebook.viz import attention_heatmap
+from companion.notebook.widgets import softmax_temperature_explorer
 
 
 def test_heatmap_draws_weights_and_labels():
@@ -33,7 +33,7 @@ def test_temperature_explorer_validates_and_builds():
 
 
 def test_positional_encoding_explorer():
-    from companion.widgets import positional_encoding_explorer
+    from companion.notebook.widgets import positional_encoding_explorer
 
     widget = positional_encoding_explorer(16, 32)
     assert [c.description for c in widget.children[:2]] == ["position", "pair i"]

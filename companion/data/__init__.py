@@ -15,13 +15,13 @@ The most used names are re-exported here. Importing this package does not import
 (about a second); the functions that return datasets import it when called.
 """
 
-from .batching import IGNORE_INDEX, PairBatch, collate_pairs, lm_batch, lm_eval_batches, pair_batches
-from .bible import TRANSLATIONS, VersePair, length_filter, verse_pairs
-from .hub import bible_dataset, load, load_hub_pairs, load_hub_text, shakespeare_dataset, split_by_key, split_text
-from .derived import default_data_dir, ensure, prepare
-from .shakespeare import clean_play, read_plays
-from .sources import INSTALL_COMMAND, CorpusNotInstalled
-from .synthetic import make_pairs, to_lm
+from companion.data.batching import IGNORE_INDEX, PairBatch, collate_pairs, lm_batch, lm_eval_batches, pair_batches
+from companion.data.bible import TRANSLATIONS, VersePair, length_filter, verse_pairs
+from companion.data.hub import bible_dataset, load, load_hub_pairs, load_hub_text, shakespeare_dataset, split_by_key, split_text
+from companion.data.derived import default_data_dir, ensure, prepare
+from companion.data.shakespeare import clean_play, read_plays
+from companion.data.sources import INSTALL_COMMAND, CorpusNotInstalled
+from companion.data.synthetic import make_pairs, to_lm
 
 __all__ = [
     "IGNORE_INDEX", "PairBatch", "collate_pairs", "lm_batch", "lm_eval_batches", "pair_batches",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .derived import CORPORA, prepare
+from companion.data.derived import CORPORA, prepare
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..attention import causal_mask, padding_mask
-from ..losses import IGNORE_INDEX
+from companion.attention import causal_mask, padding_mask
 
 __all__ = ["lm_batch", "lm_eval_batches", "PairBatch", "collate_pairs", "pair_batches", "IGNORE_INDEX"]
+
+# The target id that counts for nothing (padding, prompts): PyTorch's default ignore_index.
+IGNORE_INDEX = -100
 
 
 

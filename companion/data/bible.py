@@ -40,7 +40,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sources import bible_db_path
+from companion.data.sources import bible_db_path
 
 __all__ = ["Translation", "TRANSLATIONS", "VersePair", "clean_verse", "read_verses", "verse_pairs", "length_filter"]
 

@@ -29,8 +29,8 @@ import time
 import warnings
 from pathlib import Path
 
-from ..files import atomic_write_bytes, sha256_file
-from .sources import package_version
+from companion.files import atomic_write_bytes, sha256_file
+from companion.data.sources import package_version
 
 __all__ = ["RECIPE_VERSION", "CORPORA", "EXPECTED_SHA256", "default_data_dir", "sha256_file", "prepare", "ensure", "verify"]
 
@@ -75,14 +75,14 @@ def _check_name(name: str) -> tuple[str, str]:
 def _rows(name: str) -> list[dict]:
     """The rows of one derived file (the recipe itself)."""
     if name == "shakespeare":
-        from .shakespeare import read_plays
+        from companion.data.shakespeare import read_plays
 
         return [
             {"play": play.title, "genre": play.genre, "scene": index, "heading": scene.heading, "text": scene.text}
             for play in read_plays()
             for index, scene in enumerate(play.scenes)
         ]
-    from .bible import verse_pairs
+    from companion.data.bible import verse_pairs
 
     src, tgt = name.split("-")[1:]
     return [

@@ -27,7 +27,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .derived import ensure
+from companion.data.derived import ensure
 
 if TYPE_CHECKING:  # datasets is imported lazily: it takes about a second
     from datasets import DatasetDict
@@ -99,9 +99,9 @@ def bible_dataset(
     seed: int = 0,
 ) -> DatasetDict:
     """Aligned verses ``src -> tgt`` (en with fr, es or de) as a DatasetDict in the WMT ``translation`` layout."""
-    from .bible import VersePair, length_filter
+    from companion.data.bible import VersePair, length_filter
 
-    from .derived import CORPORA
+    from companion.data.derived import CORPORA
 
     name = f"bible-en-{tgt if src == 'en' else src}"
     if "en" not in (src, tgt) or src == tgt or name not in CORPORA:

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sources import shakespeare_dir
+from companion.data.sources import shakespeare_dir
 
 __all__ = ["Scene", "Play", "clean_play", "read_plays"]
 

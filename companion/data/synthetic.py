@@ -8,7 +8,7 @@ What this module provides
   id lists, ready for ``companion.data.batching.pair_batches`` (encoder-decoder models).
 - ``to_lm(pairs) -> (sequences, loss_masks)``: the decoder-only form ``x SEP y EOS`` with a loss mask
   that is False on the prompt ``x SEP`` and True on ``y EOS`` (what an SFT loss trains on; see
-  ``companion.losses.cross_entropy``).
+  ``companion.training.losses.cross_entropy``).
 
 Why these three: copying needs only attention to a fixed offset, reversing needs position arithmetic,
 and sorting needs content-based attention (find the next-smallest symbol), so they probe different
@@ -57,7 +57,7 @@ def to_lm(pairs: list[tuple[list[int], list[int]]]) -> tuple[list[list[int]], li
     """Decoder-only sequences ``x SEP y EOS`` and their loss masks (False on ``x SEP``, True on ``y EOS``).
 
     The mask is aligned with the sequence; for next-token training shift both by one, as
-    ``companion.losses`` documents: position t predicts token t + 1, counted when mask[t + 1] is True.
+    ``companion.training.losses`` documents: position t predicts token t + 1, counted when mask[t + 1] is True.
     """
     if not pairs:
         raise ValueError("pairs must not be empty")

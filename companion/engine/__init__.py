@@ -7,10 +7,10 @@
 - ``runner``: one packed forward over the scheduled tokens, then sampling.
 - ``engine``: ``Engine``, the loop tying them together, with per-request TTFT and tokens/s.
 
-The page bookkeeping (block tables, free list, prefix hashing, copy-on-write) is ``companion.paged``.
+The page bookkeeping (block tables, free list, prefix hashing, copy-on-write) is ``companion.inference.paged``.
 """
 
-from .engine import Engine, RequestOutput
-from .sequence import Sequence, Status
+from companion.engine.engine import Engine, RequestOutput
+from companion.engine.sequence import Sequence, Status
 
 __all__ = ["Engine", "RequestOutput", "Sequence", "Status"]

@@ -9,8 +9,8 @@ import time
 import torch
 from torch import nn
 
-from ..generate import SamplingParams, generate
-from .engine import Engine
+from companion.inference.generate import SamplingParams, generate
+from companion.engine.engine import Engine
 
 __all__ = ["serve_benchmark"]
 

@@ -8,7 +8,7 @@ and replays the whole step from one call.
 
 What is compiled: ``Decoder.forward`` with a cache view that holds only tensors (``_StepCache``):
 each layer writes its new K/V into the pool with one ``index_copy_`` and attends through
-``companion.paged._Group.attend``, the same code the eager "gather" path runs. The bookkeeping
+``companion.inference.paged._Group.attend``, the same code the eager "gather" path runs. The bookkeeping
 (page allocation, block tables, slot indices) stays in eager Python, outside the graph, as do the
 prefill steps (their shapes vary far more) and sampling.
 
@@ -39,7 +39,7 @@ import shutil
 import torch
 from torch import Tensor, nn
 
-from ..paged import PagedKVCache, PagePool, _Group
+from companion.inference.paged import PagedKVCache, PagePool, _Group
 
 __all__ = ["CompiledDecode", "compile_unavailable", "compile_unsupported"]
 
@@ -67,8 +67,8 @@ def compile_unsupported(model: nn.Module) -> str | None:
     """Why the compiled decode step cannot serve ``model``, or None when it can: it serves ``Decoder``
     models whose every layer is plain causal (optionally windowed) multi-head / grouped-query
     attention, i.e. the layers that let the cache attend (``LayerCache.attend``), with dense FFNs."""
-    from ..mha import MultiHeadAttention
-    from ..models.decoder import Decoder
+    from companion.mha import MultiHeadAttention
+    from companion.models.decoder import Decoder
 
     if not isinstance(model, Decoder):
         return f"compile=True serves Decoder models; got {type(model).__name__}"
@@ -107,7 +107,7 @@ class _StepLayerView:
         raise RuntimeError("the compiled decode step serves layers that attend through the cache only (see compile_unsupported)")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None, backend: str = "auto") -> Tensor:
-        """As ``companion.paged.PagedBatchLayerView.attend`` for a pure decode step: q (1, h, B, d),
+        """As ``companion.inference.paged.PagedBatchLayerView.attend`` for a pure decode step: q (1, h, B, d),
         k, v (1, g, B, d) -> (1, h, B, d)."""
         c = self.cache
         for i, rows in enumerate((k, v)):

@@ -16,11 +16,11 @@ from typing import Sequence as Seq
 
 from torch import nn
 
-from ..generate import SamplingParams, check_prompts, context_length
-from ..paged import PagedKVCache
-from .runner import Runner
-from .scheduler import Scheduler
-from .sequence import Sequence, Status
+from companion.inference.generate import SamplingParams, check_prompts, context_length
+from companion.inference.paged import PagedKVCache
+from companion.engine.runner import Runner
+from companion.engine.scheduler import Scheduler
+from companion.engine.sequence import Sequence, Status
 
 __all__ = ["Engine", "RequestOutput", "CACHES"]
 
@@ -53,9 +53,9 @@ class Engine:
         prefix_sharing: map registered full prompt pages instead of recomputing them.
         attention_kernel: how attention reads the pages (paged cache only): "gather" (per-sequence
             padded batches, torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
-            "triton" (``companion.triton_paged``: CUDA, or TRITON_INTERPRET=1), "flex" (torch's
+            "triton" (``companion.kernels.triton_paged``: CUDA, or TRITON_INTERPRET=1), "flex" (torch's
             flex_attention over the pool with a block mask: compiled on CUDA, a slow check on a CPU), or None (all sequences
-            packed into one row with a block mask). See ``companion.paged.PagedBatch``.
+            packed into one row with a block mask). See ``companion.inference.paged.PagedBatch``.
         compile: run the decode steps (every sequence feeding one token) through a torch.compile'd
             forward (``companion.engine.compiled``): paged cache, "gather" kernel, float pages, and a
             Decoder with plain causal attention only; needs a C++ compiler for inductor. The first
@@ -96,7 +96,7 @@ class Engine:
         self.scheduler = Scheduler(model, self.kv, max_batch_tokens, max_seqs)
         decode_step = None
         if compile:
-            from .compiled import CompiledDecode
+            from companion.engine.compiled import CompiledDecode
 
             decode_step = CompiledDecode(model, self.kv)  # ValueError naming compile when it cannot run
         self.runner = Runner(model, decode_step)

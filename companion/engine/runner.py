@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ..generate import packed_forward, sample_rows
-from .sequence import Sequence
+from companion.inference.generate import packed_forward, sample_rows
+from companion.engine.sequence import Sequence
 
 __all__ = ["Runner"]
 

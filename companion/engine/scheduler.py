@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..paged import PagedKVCache
-from .sequence import Sequence, Status
+from companion.inference.paged import PagedKVCache
+from companion.engine.sequence import Sequence, Status
 
 __all__ = ["Scheduler"]
 

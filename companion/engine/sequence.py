@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..generate import SamplingParams
+from companion.inference.generate import SamplingParams
 
 __all__ = ["Status", "Sequence"]
 

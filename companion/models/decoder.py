@@ -24,16 +24,16 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ..backends import BACKENDS
-from ..blocks import PLACEMENTS, Block
-from ..cache import ModelCache
-from ..feedforward import FFNS, make_ffn, swiglu_hidden
-from ..mha import MultiHeadAttention, check_heads
-from ..mla import MultiHeadLatentAttention
-from ..moe import ROUTERS, MoE
-from ..norms import NORMS, make_norm
-from ..positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, compiling, embed_scale
-from .gpt import init_normal
+from companion.kernels.attend import BACKENDS
+from companion.blocks import PLACEMENTS, Block
+from companion.cache import ModelCache
+from companion.feedforward import FFNS, make_ffn, swiglu_hidden
+from companion.mha import MultiHeadAttention, check_heads
+from companion.mla import MultiHeadLatentAttention
+from companion.moe import ROUTERS, MoE
+from companion.norms import NORMS, make_norm
+from companion.positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, compiling, embed_scale
+from companion.models.gpt import init_normal
 
 __all__ = ["DecoderConfig", "Decoder", "PRESETS", "from_preset", "POSITIONS", "ATTENTIONS"]
 

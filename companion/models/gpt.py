@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ..backends import BACKENDS
-from ..blocks import Block
-from ..cache import ModelCache
-from ..feedforward import MLP
-from ..mha import MultiHeadAttention, check_heads
-from ..norms import LayerNorm
-from ..positions import LearnedPositions
+from companion.kernels.attend import BACKENDS
+from companion.blocks import Block
+from companion.cache import ModelCache
+from companion.feedforward import MLP
+from companion.mha import MultiHeadAttention, check_heads
+from companion.norms import LayerNorm
+from companion.positions import LearnedPositions
 
 __all__ = ["GPTConfig", "GPT", "GPT_PRESETS", "gpt_from_preset"]
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ..backends import BACKENDS
-from ..blocks import Block
-from ..cache import ModelCache
-from ..feedforward import MLP
-from ..mha import MultiHeadAttention, check_heads
-from ..positions import SinusoidalPositions, embed_scale
+from companion.kernels.attend import BACKENDS
+from companion.blocks import Block
+from companion.cache import ModelCache
+from companion.feedforward import MLP
+from companion.mha import MultiHeadAttention, check_heads
+from companion.positions import SinusoidalPositions, embed_scale
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "SEQ2SEQ_PRESETS", "seq2seq_from_preset"]
 

@@ -12,10 +12,10 @@ All three share: ``train(texts, ...)`` (a classmethod), ``encode(str) -> list[in
 ``load(path)`` (JSON).
 """
 
-from .bpe import GPT2_PATTERN, ByteBPE, bytes_to_unicode, pretokenize
-from .char import CharTokenizer
-from .fast import FastByteBPE
-from .word import WordTokenizer, split_words
+from companion.tokenizers.bpe import GPT2_PATTERN, ByteBPE, bytes_to_unicode, pretokenize
+from companion.tokenizers.char import CharTokenizer
+from companion.tokenizers.fast import FastByteBPE
+from companion.tokenizers.word import WordTokenizer, split_words
 
 __all__ = [
     "ByteBPE", "CharTokenizer", "FastByteBPE", "GPT2_PATTERN", "WordTokenizer", "bytes_to_unicode", "pretokenize", "split_words",

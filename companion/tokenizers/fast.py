@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .bpe import bytes_to_unicode
+from companion.tokenizers.bpe import bytes_to_unicode
 
 __all__ = ["FastByteBPE"]
 

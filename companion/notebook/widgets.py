@@ -19,8 +19,8 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import torch
 
-from .attention import stable_softmax
-from .positions import sinusoidal_table
+from companion.attention import stable_softmax
+from companion.positions import sinusoidal_table
 
 __all__ = ["softmax_temperature_explorer", "positional_encoding_explorer"]
 

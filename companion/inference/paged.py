@@ -29,7 +29,7 @@ MLA layers store the latent c_j and the RoPE key k^R_j instead of K and V.
 What this module provides
 - ``kv_token_shapes(model)``: per layer, the per-token shapes of the tensors the layer caches.
 - ``BlockManager``: free list, reference counts, hash chain, block tables (bookkeeping only).
-- ``PagePool``: the storage tensors, optionally int8 / int4 quantised (``companion.kvquant``).
+- ``PagePool``: the storage tensors, optionally int8 / int4 quantised (``companion.inference.kvquant``).
 - ``PagedKVCache``: pool + manager; ``new_sequence(tokens)`` -> ``PagedSequenceCache``.
 - ``PagedSequenceCache`` / ``PagedLayerView``: the ``LayerCache`` protocol over a block table
   (reference path: write through the table, gather the pages back, then ordinary attention).
@@ -42,7 +42,7 @@ What this module provides
 - ``paged_attention_reference(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, ...)``: the
   PyTorch reference of paged attention (gather through the block tables, then masked attention), and
   ``check_paged_attention_args``, the argument rules it shares with the Triton kernel
-  (``companion.triton_paged.paged_attention``, which reads K/V from the pages without the gather).
+  (``companion.kernels.triton_paged.paged_attention``, which reads K/V from the pages without the gather).
   ``PagedBatch.attend(layer, q, kernel="gather" | "reference" | "triton" | "flex")`` runs any of them
   on a packed batch; the attention layers reach it through ``PagedBatchLayerView.attend``.
 - ``paged_flex_mask_mod`` / ``flex_logical_pages``: paged attention as torch's flex_attention over the
@@ -52,9 +52,7 @@ What this module provides
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import OrderedDict
 from functools import cached_property
 from typing import Sequence
 
@@ -62,7 +60,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kvquant import BITS, dequantize, quantize
+from companion.inference.block_manager import BlockManager, PoolExhausted
+from companion.inference.kvquant import BITS, dequantize, quantize
+from companion.kernels.paged_reference import check_paged_attention_args, paged_attention_reference
 
 __all__ = [
     "kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch",
@@ -71,11 +71,6 @@ __all__ = [
 ]
 
 PAGED_KERNELS = ("gather", "reference", "triton", "flex")
-_ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-class PoolExhausted(RuntimeError):
-    """The page pool has fewer free pages than an allocation needs. Nothing was changed."""
 
 
 def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
@@ -94,132 +89,6 @@ def model_namespace(model: nn.Module, extra: str = "") -> str:
     """What besides the tokens determines K/V: this model object (its weights), its config, the
     position scheme (absolute positions from 0) and the storage format."""
     return f"{type(model).__name__}@{id(model)}|{model.config!r}|positions-from-0|{extra}"
-
-
-class BlockManager:
-    """Bookkeeping of a pool of ``n_pages`` pages of ``page_size`` slots: free list, reference counts,
-    the hash chain of full pages. Holds no tensors; ``on_copy(src, dst)`` copies a page's contents."""
-
-    def __init__(self, n_pages: int, page_size: int, namespace: str = "", on_copy=None):
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1; got {page_size}")
-        if n_pages < 1:
-            raise ValueError(f"n_pages must be >= 1; got {n_pages}")
-        self.n_pages, self.page_size = n_pages, page_size
-        self.ref = [0] * n_pages
-        self.free_list: OrderedDict[int, None] = OrderedDict((i, None) for i in range(n_pages))  # oldest freed first
-        self.hash_of: dict[int, bytes] = {}  # page -> hash of its (full, computed) contents
-        self.page_of: dict[bytes, int] = {}  # hash -> page
-        self.root = hashlib.sha256(namespace.encode()).digest()
-        # pages that lost their name so far: lets a sequence skip re-registering pages when it knows
-        # nothing was unnamed since its last ``register`` (``PagedSequenceCache.commit``)
-        self.unnamed = 0
-        self.on_copy = on_copy
-
-    @property
-    def n_free(self) -> int:
-        return len(self.free_list)
-
-    def pages_for(self, n_tokens: int) -> int:
-        return math.ceil(n_tokens / self.page_size)
-
-    # hash chain -------------------------------------------------------------------------------------
-    def chain(self, tokens: Sequence[int], known: Sequence[bytes] = ()) -> list[bytes]:
-        """h_k for every FULL page of ``tokens``. ``known``: h_0.. of a prefix already hashed (a chain
-        depends only on the tokens before it, so a growing sequence hashes each page once)."""
-        p, out = self.page_size, list(known[: len(tokens) // self.page_size])
-        h = out[-1] if out else self.root
-        for k in range(len(out), len(tokens) // p):
-            h = hashlib.sha256(h + b"|" + ",".join(map(str, tokens[k * p : (k + 1) * p])).encode()).digest()
-            out.append(h)
-        return out
-
-    # allocation -------------------------------------------------------------------------------------
-    def _take(self) -> int:
-        page, _ = self.free_list.popitem(last=False)
-        old = self.hash_of.pop(page, None)  # its old contents are about to be overwritten
-        if old is not None:
-            del self.page_of[old]
-            self.unnamed += 1
-        self.ref[page] = 1
-        return page
-
-    def _release(self, page: int) -> None:
-        if self.ref[page] < 1:
-            raise RuntimeError(f"page {page} released more often than it was referenced")
-        self.ref[page] -= 1
-        if self.ref[page] == 0:
-            self.free_list[page] = None  # contents (and hash) stay until the page is handed out again
-
-    def share_prefix(self, tokens: Sequence[int]) -> list[int]:
-        """Pages registered for the longest run of full leading pages of ``tokens``; each gets a reference."""
-        pages = []
-        for h in self.chain(tokens):
-            page = self.page_of.get(h)
-            if page is None:
-                break
-            if self.ref[page] == 0:
-                del self.free_list[page]  # revived from the free list with its contents intact
-            self.ref[page] += 1
-            pages.append(page)
-        return pages
-
-    def _exclusive(self, table: list[int], start: int, end: int) -> bool:
-        """Slots [start, end) (end > start) lie in pages the table has, held by it alone and unnamed:
-        writing them needs no page and no copy."""
-        first, last = start // self.page_size, (end - 1) // self.page_size
-        if last >= len(table):
-            return False
-        if first == last:  # one page (a decode step): no generator
-            page = table[first]
-            return self.ref[page] == 1 and page not in self.hash_of
-        return all(self.ref[table[k]] == 1 and table[k] not in self.hash_of for k in range(first, last + 1))
-
-    def pages_needed(self, table: list[int], start: int, end: int) -> int:
-        """Free pages a write of token slots [start, end) needs: new pages plus copies of shared ones."""
-        if end <= start:
-            return 0
-        if self._exclusive(table, start, end):
-            return 0  # the usual decode step (see ``prepare_write``)
-        new = max(0, self.pages_for(end) - len(table))
-        first, last = start // self.page_size, min(len(table), self.pages_for(end)) - 1
-        return new + sum(1 for k in range(first, last + 1) if self.ref[table[k]] > 1)
-
-    def prepare_write(self, table: list[int], start: int, end: int) -> None:
-        """Make slots [start, end) writable: allocate pages, copy-on-write shared ones. Raises
-        ``PoolExhausted`` before changing anything if the pool is short."""
-        if end <= start or self._exclusive(table, start, end):
-            return  # the usual decode step: the pages exist, are this table's alone and unnamed
-        need = self.pages_needed(table, start, end)
-        if need > self.n_free:
-            raise PoolExhausted(f"page pool exhausted: this write needs {need} free page(s), {self.n_free} of {self.n_pages} are free")
-        for k in range(start // self.page_size, min(len(table), self.pages_for(end))):
-            page = table[k]
-            if self.ref[page] > 1:  # copy-on-write: the other holders keep the original untouched
-                fresh = self._take()
-                if self.on_copy is not None:
-                    self.on_copy(page, fresh)
-                self._release(page)
-                table[k] = fresh
-            elif page in self.hash_of:  # sole holder overwrites a registered page: it no longer matches its hash
-                del self.page_of[self.hash_of.pop(page)]
-                self.unnamed += 1
-        while len(table) < self.pages_for(end):
-            table.append(self._take())
-
-    def register(self, table: list[int], tokens: Sequence[int], n_computed: int, hashes: Sequence[bytes] | None = None) -> None:
-        """Name the full, computed pages of a sequence by their hash so later sequences can share them.
-        ``hashes``: the chain of those pages when the caller already has it (``chain``)."""
-        for k, h in enumerate(self.chain(tokens[:n_computed]) if hashes is None else hashes):
-            page = table[k]
-            if page in self.hash_of or h in self.page_of:
-                continue  # already named (perhaps another page holds the same contents: keep that one)
-            self.hash_of[page], self.page_of[h] = h, page
-
-    def free(self, table: list[int]) -> None:
-        for page in reversed(table):  # the tail is least likely to be shared: hand it out first
-            self._release(page)
-        table.clear()
 
 
 class PagePool:
@@ -301,7 +170,7 @@ class PagedKVCache:
     Args:
         model: a ``Decoder`` or ``GPT`` (its config gives the per-token shapes).
         n_pages, page_size: pool size in pages and p, the token slots per page.
-        bits: None (store in ``dtype``), 8 or 4 (quantised, ``companion.kvquant``).
+        bits: None (store in ``dtype``), 8 or 4 (quantised, ``companion.inference.kvquant``).
         prefix_sharing: look up and register full pages by their hash chain.
         attention_kernel: how the attention layers of a packed batch (``pack``) read the pages, one of
             ``PAGED_KERNELS`` or None; see ``PagedBatch``. "gather" (default) is the fast path on a
@@ -498,7 +367,7 @@ class PagedBatch:
     - "flex": torch's flex_attention of the packed query rows over every slot of the pool, with a
       BlockMask from ``paged_flex_mask_mod`` (see there); on CUDA it is compiled into one fused kernel
       that skips the pool blocks no query may read; on a CPU the unfused (dense) reference runs.
-    - "reference" / "triton": ``paged_attention_reference`` / ``companion.triton_paged.paged_attention``
+    - "reference" / "triton": ``paged_attention_reference`` / ``companion.kernels.triton_paged.paged_attention``
       over the packed query rows and the block tables (the Triton kernel reads K/V from the pages).
     - None: the layers call ``update`` and attend over all sequences' keys laid end to end, with the
       (N, S) block mask ``same_sequence`` (the packed layout of ``companion.cache.PackedBatchCache``);
@@ -592,7 +461,7 @@ class PagedBatch:
         """Causal attention of this batch's N new query rows q (N, h, d) over layer ``layer``'s pages,
         after that layer has written its new K/V (``layer(i).update`` or ``layer(i).attend``).
         kernel: "gather" (per-sequence padded batches, torch SDPA), "reference" (gather through the
-        block tables, then masked attention, in PyTorch), "triton" (``companion.triton_paged``:
+        block tables, then masked attention, in PyTorch), "triton" (``companion.kernels.triton_paged``:
         reads K/V from the pages directly; CUDA, or TRITON_INTERPRET=1) or "flex" (flex_attention over
         the pool with a block mask, ``paged_flex_mask_mod``). Returns (N, h, d)."""
         if kernel not in PAGED_KERNELS:
@@ -609,7 +478,7 @@ class PagedBatch:
         k_pages, v_pages = pool.data[layer][0], pool.data[layer][1]
         index = (self.block_tables, self.seq_lens, self.q_seq, self.q_pos)
         if kernel == "triton":  # reads the pool as it is: q must have the pool's dtype
-            from .triton_paged import paged_attention
+            from companion.kernels.triton_paged import paged_attention
 
             return paged_attention(q, k_pages, v_pages, *(t.to(q.device) for t in index), scale=scale, window=window)
         if kernel == "flex":
@@ -792,100 +661,3 @@ def paged_flex_mask_mod(q_seq: Tensor, q_pos: Tensor, logical_pages: Tensor, pag
         return allowed
 
     return mask_mod
-
-
-# ----------------------------------------------------------------------------------------------
-# Paged attention: the argument rules, and the PyTorch reference (gather, then attention)
-# ----------------------------------------------------------------------------------------------
-
-
-def check_paged_attention_args(
-    q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, *, scale=None, window=None, check_values: bool = True
-) -> float:
-    """Validate the arguments of paged attention (see ``paged_attention_reference``); returns the scale.
-
-    ``check_values=False`` skips the checks that read index values (they copy the indices to the CPU,
-    a device sync on a GPU). Both public entry points keep them on for now."""
-    if not isinstance(q, Tensor) or q.dim() != 3:
-        raise ValueError(f"q must be a 3-D tensor (N rows, h heads, d); got {getattr(q, 'shape', type(q).__name__)}")
-    if q.dtype not in _ATTN_DTYPES:
-        raise ValueError(f"q must be float16, bfloat16 or float32; got {q.dtype}")
-    for name, x in (("k_pages", k_pages), ("v_pages", v_pages)):
-        if not isinstance(x, Tensor) or x.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor (n_pages, page_size, g heads, d); got {getattr(x, 'shape', type(x).__name__)}")
-        if x.dtype != q.dtype:
-            raise ValueError(f"{name} must have q's dtype {q.dtype} (a quantised pool is not read by paged attention); got {x.dtype}")
-        if x.device != q.device:
-            raise ValueError(f"{name} must be on q's device {q.device}; got {x.device}")
-    if k_pages.shape != v_pages.shape:
-        raise ValueError(f"k_pages and v_pages must have the same shape; got {tuple(k_pages.shape)} and {tuple(v_pages.shape)}")
-    N, h, d = q.shape
-    n_pages, p, g, dk = k_pages.shape
-    if dk != d:
-        raise ValueError(f"q and the pages must share the head dim (last dim); got {d} and {dk}")
-    if g == 0 or h % g != 0:
-        raise ValueError(f"the query heads ({h}) must be a positive multiple of the key/value heads ({g})")
-    integer = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-    if not isinstance(block_tables, Tensor) or block_tables.dim() != 2 or block_tables.dtype not in integer:
-        raise ValueError(f"block_tables must be a 2-D integer tensor (B, max_pages); got {getattr(block_tables, 'shape', block_tables)!r}")
-    B = block_tables.shape[0]
-    for name, x, n in (("seq_lens", seq_lens, B), ("q_seq", q_seq, N), ("q_pos", q_pos, N)):
-        if not isinstance(x, Tensor) or x.dim() != 1 or x.dtype not in integer or x.shape[0] != n:
-            raise ValueError(f"{name} must be a 1-D integer tensor of length {n}; got {getattr(x, 'shape', x)!r}")
-    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-        raise ValueError(f"window must be None or an int >= 1; got {window!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
-    if check_values and B:
-        lens = seq_lens.detach().cpu().long()
-        if (lens < 0).any() or (lens > block_tables.shape[1] * p).any():
-            raise ValueError(f"seq_lens must be in [0, max_pages * page_size = {block_tables.shape[1] * p}]; got {lens.tolist()}")
-        used = torch.arange(block_tables.shape[1])[None, :] < (lens[:, None] + p - 1) // p
-        pages = block_tables.detach().cpu().long()[used]
-        if pages.numel() and (pages.min() < 0 or pages.max() >= n_pages):
-            raise ValueError(f"block_tables entries in use must be page ids in [0, n_pages={n_pages}); got {sorted(set(pages.tolist()))}")
-    if check_values and N:
-        qs, qp = q_seq.detach().cpu().long(), q_pos.detach().cpu().long()
-        if qs.min() < 0 or qs.max() >= B:
-            raise ValueError(f"q_seq must index the B={B} sequences of block_tables; got {qs.tolist()}")
-        if qp.min() < 0 or (qp >= seq_lens.detach().cpu().long()[qs]).any():
-            raise ValueError("q_pos must satisfy 0 <= q_pos < seq_lens[q_seq] (a row's own key is stored before it is read)")
-    return float(scale)
-
-
-def paged_attention_reference(
-    q: Tensor, k_pages: Tensor, v_pages: Tensor, block_tables: Tensor, seq_lens: Tensor, q_seq: Tensor, q_pos: Tensor,
-    *, scale: float | None = None, window: int | None = None,
-) -> Tensor:
-    """Paged attention in PyTorch: gather each sequence's keys through its block table, then attend.
-
-    Row n (sequence b = q_seq[n], absolute position t = q_pos[n]), query head i computes
-        softmax_j(scale * q[n, i] . K_b[j]) V_b[j] over stored keys j < seq_lens[b] with j <= t
-        (and t - j < window), K_b[j] = k_pages[block_tables[b, j // p], j % p, i // (h / g)],
-    in float32, returned in q's dtype. Shapes: q (N, h, d); k_pages, v_pages (n_pages, p, g, d);
-    block_tables (B, max_pages); seq_lens (B,); q_seq, q_pos (N,). See ``check_paged_attention_args``.
-    """
-    scale = check_paged_attention_args(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, scale=scale, window=window)
-    N, h, d = q.shape
-    p, g = k_pages.shape[1], k_pages.shape[2]
-    dev = q.device
-    lens = seq_lens.detach().cpu().long().tolist()
-    tables = block_tables.detach().cpu().long()
-    slots, key_pos, key_seq = [], [], []
-    for b, n in enumerate(lens):  # one flat slot index page * p + slot per stored token: the gather
-        j = torch.arange(n)
-        slots.append(tables[b, j // p] * p + j % p)
-        key_pos.append(j)
-        key_seq.append(torch.full((n,), b))
-    slots, key_pos, key_seq = (torch.cat(x).to(dev) for x in (slots, key_pos, key_seq))
-    k = k_pages.flatten(0, 1)[slots].float().repeat_interleave(h // g, dim=1)  # (S, h, d)
-    v = v_pages.flatten(0, 1)[slots].float().repeat_interleave(h // g, dim=1)
-    qs, qp = q_seq.to(dev).long(), q_pos.to(dev).long()
-    allowed = (qs[:, None] == key_seq[None, :]) & (key_pos[None, :] <= qp[:, None])  # (N, S)
-    if window is not None:
-        allowed &= qp[:, None] - key_pos[None, :] < window
-    scores = torch.einsum("nhd,shd->hns", q.float(), k) * scale
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
-    return torch.einsum("hns,shd->nhd", weights, v).to(q.dtype)

@@ -20,8 +20,8 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from .attention import scaled_dot_product_attention
-from .mha import MultiHeadAttention
+from companion.attention import scaled_dot_product_attention
+from companion.mha import MultiHeadAttention
 
 __all__ = ["record_cross_attention"]
 

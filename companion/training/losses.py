@@ -9,6 +9,8 @@ What this module provides
   sequence batch (position t predicts token t + 1).
 - ``prompt_mask(prompt_lengths, lengths, T)``: True on the response tokens of each row, False on the
   prompt and on padding.
+- The trainer's loss functions ``loss_fn(model, batch) -> (summed loss (), counted tokens ())``:
+  ``lm_loss`` for (x, y) batches, ``seq2seq_loss`` for ``PairBatch``; ``default_loss`` picks by type.
 
 Cross-entropy with label smoothing (Szegedy et al. 2016, used by Vaswani et al. 2017 with eps = 0.1).
 With p = softmax(logits) over V classes and target y, the smoothed target distribution is
@@ -20,11 +22,13 @@ This is exactly what ``torch.nn.functional.cross_entropy(label_smoothing=eps)`` 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-__all__ = ["cross_entropy", "lm_shift", "prompt_mask", "IGNORE_INDEX"]
+from companion.data.batching import IGNORE_INDEX, PairBatch
+from companion.models import unwrap
 
-IGNORE_INDEX = -100
+__all__ = ["cross_entropy", "lm_shift", "prompt_mask", "IGNORE_INDEX", "lm_loss", "seq2seq_loss", "default_loss"]
 
 
 def cross_entropy(
@@ -95,3 +99,45 @@ def prompt_mask(prompt_lengths: Tensor | list[int], lengths: Tensor | list[int],
         raise ValueError(f"each row needs 0 <= prompt_length <= length <= T={T}")
     positions = torch.arange(T).unsqueeze(0)
     return (positions >= prompt_lengths.unsqueeze(1)) & (positions < lengths.unsqueeze(1))
+
+
+# --- the trainer's loss functions: (model, batch) -> (summed loss, counted tokens) -----------------
+
+
+def lm_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """(x (B, T), y (B, T)) -> (summed next-token cross-entropy over counted targets, count).
+
+    Targets equal to IGNORE_INDEX do not count (padding, prompts). Same value as
+    ``companion.training.losses.cross_entropy(..., reduction="sum")``, via torch's fused kernel. An MoE model's
+    load-balancing loss (``aux_loss()``, a per-token mean) is added with weight = the token count.
+    """
+    x, y = batch[0], batch[1]
+    logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum",
+                           label_smoothing=label_smoothing)
+    count = (y != IGNORE_INDEX).sum()
+    aux = getattr(unwrap(model), "aux_loss", None)
+    if callable(aux):
+        extra = aux()
+        if extra.requires_grad:
+            loss = loss + extra * count
+    return loss, count
+
+
+def seq2seq_loss(model: nn.Module, batch: PairBatch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """PairBatch -> (summed cross-entropy of labels given src and tgt_in, number of real label tokens).
+
+    Calls ``model(src, tgt_in)`` (the module's forward, which DDP needs): the source mask is rebuilt from
+    the model's ``pad_id``, which must be the pad id the batches were padded with.
+    """
+    logits = model(batch.src, batch.tgt_in)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum", label_smoothing=label_smoothing)
+    return loss, (batch.labels != IGNORE_INDEX).sum()
+
+
+def default_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """``seq2seq_loss`` for a PairBatch, ``lm_loss`` for an (x, y) pair."""
+    if isinstance(batch, PairBatch):
+        return seq2seq_loss(model, batch, label_smoothing)
+    return lm_loss(model, batch, label_smoothing)

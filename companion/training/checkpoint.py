@@ -20,7 +20,7 @@ A step directory holds
   and the alias recorded in the file's metadata;
 - ``tokenizer.json`` (optional): the tokenizer's own ``save`` format;
 - ``state.json`` + ``state.safetensors`` (optional): optimizer, scheduler, RNG and data states, the
-  step, the metrics history (``companion.train``);
+  step, the metrics history (``companion.training.trainer``);
 - ``manifest.json``, written last: the SHA-256 of every other file. Loading checks it first, so a
   flipped byte anywhere gives "checkpoint file ... is corrupted" instead of silently wrong weights.
 
@@ -46,7 +46,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from .files import atomic_write_bytes, sha256_file
+from companion.files import atomic_write_bytes, sha256_file
+from companion.models import unwrap
 
 __all__ = [
     "MODEL_KINDS", "model_kind", "config_dict", "build_model", "save_checkpoint", "resolve", "load_model",
@@ -59,21 +60,12 @@ _LATEST = "latest"
 
 
 def _kinds() -> dict[str, tuple[type, type]]:
-    from .models import GPT, Decoder, DecoderConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+    from companion.models import GPT, Decoder, DecoderConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
 
     return {"decoder": (Decoder, DecoderConfig), "gpt": (GPT, GPTConfig), "seq2seq": (Seq2SeqTransformer, Seq2SeqConfig)}
 
 
 MODEL_KINDS = ("decoder", "gpt", "seq2seq")
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain module inside DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
-    while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
 
 
 def model_kind(model: nn.Module) -> str:
@@ -367,7 +359,7 @@ def load_state(path: Path | str) -> dict | None:
 
 def load_tokenizer(path: Path | str):
     """The tokenizer saved with the checkpoint (None if it has none), by the ``kind`` in its JSON."""
-    from .tokenizers import ByteBPE, CharTokenizer, FastByteBPE
+    from companion.tokenizers import ByteBPE, CharTokenizer, FastByteBPE
 
     step_dir = _verified(path)
     file = step_dir / "tokenizer.json"

@@ -10,9 +10,9 @@ Backends
 - "reference": ``companion.attention.scaled_dot_product_attention``, the readable dense version.
 - "sdpa": ``torch.nn.functional.scaled_dot_product_attention``, which dispatches to fused (flash /
   memory-efficient) kernels on GPUs.
-- "tiled": ``companion.flash.tiled_attention``, exact attention block by block with an online
+- "tiled": ``companion.kernels.flash.tiled_attention``, exact attention block by block with an online
   softmax and a recomputing backward (memory linear in T; K/V heads are read in groups, not copied).
-- "triton": ``companion.triton_flash``, a fused FlashAttention kernel; CUDA tensors only.
+- "triton": ``companion.kernels.triton_flash``, a fused FlashAttention kernel; CUDA tensors only.
 - "auto": "sdpa" unless a requested feature needs another backend.
 
 All backends compute the same function; tests/test_backends.py holds them to each other.
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import causal_mask, scaled_dot_product_attention, sliding_window_mask, to_additive_mask
+from companion.attention import causal_mask, scaled_dot_product_attention, sliding_window_mask, to_additive_mask
 
 __all__ = ["attend", "BACKENDS", "expand_kv", "build_mask"]
 
@@ -105,12 +105,12 @@ def _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks
     if mask is not None and mask.dtype != torch.bool:
         raise ValueError(f"attend takes boolean masks (True = may read); got dtype {mask.dtype}")
     if backend == "triton":
-        from .triton_flash import triton_attention  # imports triton only now, and only if present
+        from companion.kernels.triton_flash import triton_attention  # imports triton only now, and only if present
 
         if mask is not None:
             raise ValueError("mask is not supported by backend='triton' (only causal and window); use 'tiled' or 'sdpa'")
         return triton_attention(q, k, v, causal=causal, window=window, scale=scale)
-    from .flash import tiled_attention
+    from companion.kernels.flash import tiled_attention
 
     return tiled_attention(q, k, v, causal=causal, mask=mask, window=window, scale=scale)[0]
 

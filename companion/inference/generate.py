@@ -12,7 +12,7 @@ Three interchangeable cache modes, one loop:
 - "none": every step recomputes the whole prefix, O(t) rows per step and O(t^2) attention per step;
   batched prompts are right-padded (causality makes padding after a token invisible to it).
 - "contiguous": per-sequence ``ModelCache``: prefill the prompt once, then one row per step.
-- "paged": per-sequence block tables over one page pool (``companion.paged``), optionally int8/int4.
+- "paged": per-sequence block tables over one page pool (``companion.inference.paged``), optionally int8/int4.
 With a cache, sequences of different lengths are batched without padding: their new rows are laid
 end to end in one (1, N) row with per-token absolute positions (``companion.cache.PackedBatchCache``).
 
@@ -31,8 +31,8 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from .cache import PackedBatchCache
-from .paged import PagedKVCache
+from companion.cache import PackedBatchCache
+from companion.inference.paged import PagedKVCache
 
 __all__ = [
     "SamplingParams", "filter_logits", "sample", "sample_rows", "context_length", "check_prompts", "packed_forward",

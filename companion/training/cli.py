@@ -39,7 +39,7 @@ PROFILES: dict[str, dict] = {
 
 
 def _presets() -> list[str]:
-    from .models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
+    from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
 
     return [*PRESETS, *GPT_PRESETS, *(SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS)]
 
@@ -58,8 +58,8 @@ def _overrides(items: list[str]) -> dict:
 
 
 def _text_data(args, text_train: str, text_val: str, context: int):
-    from .tokenizers import CharTokenizer
-    from .train import LMData
+    from companion.tokenizers import CharTokenizer
+    from companion.data.loaders import LMData
 
     if not text_train:
         raise ValueError("the corpus is empty: --data gave no training text")
@@ -71,11 +71,12 @@ def _text_data(args, text_train: str, text_val: str, context: int):
 
 def build_run(args):
     """(model, data source, tokenizer or None, TrainConfig) from parsed ``train`` arguments."""
-    from .data import load, make_pairs, split_text, to_lm
-    from .data.synthetic import BOS, EOS, PAD
-    from .models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, gpt_from_preset, preset_config, seq2seq_from_preset
-    from .models.decoder import Decoder
-    from .train import PairData, SequenceData, TrainConfig
+    from companion.data import load, make_pairs, split_text, to_lm
+    from companion.data.synthetic import BOS, EOS, PAD
+    from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, gpt_from_preset, preset_config, seq2seq_from_preset
+    from companion.models.decoder import Decoder
+    from companion.data.loaders import PairData, SequenceData
+    from companion.training.trainer import TrainConfig
 
     if args.threads is not None:
         if args.threads < 1:
@@ -126,7 +127,7 @@ def build_run(args):
         if not seq2seq:
             raise ValueError(f"--data {args.data} is a sentence-pair corpus: --preset must be one of "
                              f"{[SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS]}")
-        from .tokenizers import CharTokenizer
+        from companion.tokenizers import CharTokenizer
 
         lang = args.data.split("-")[-1]
         ds = load(args.data, max_words=args.max_words)
@@ -163,7 +164,7 @@ def build_run(args):
 
 
 def cmd_train(args) -> int:
-    from .train import Trainer
+    from companion.training.trainer import Trainer
 
     model, data, tokenizer, config = build_run(args)
     trainer = Trainer(model, data, config, tokenizer=tokenizer)
@@ -213,7 +214,7 @@ def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1
 
 
 def cmd_sample(args) -> int:
-    from .checkpoint import load_model, load_tokenizer
+    from companion.training.checkpoint import load_model, load_tokenizer
 
     model = load_model(args.checkpoint, device=args.device or "cpu")
     tokenizer = load_tokenizer(args.checkpoint)
@@ -225,7 +226,7 @@ def cmd_sample(args) -> int:
         except ValueError:
             raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
     if hasattr(model, "encode"):  # encoder-decoder: translate the prompt
-        from .translate import beam_search_one, greedy_decode
+        from companion.inference.translate import beam_search_one, greedy_decode
 
         specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
         src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
@@ -263,7 +264,7 @@ def add_subcommands(sub) -> None:
     t.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate")
     t.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "adam_l2", "torch_adamw"),
-                   help="companion.optim's AdamW / Adam / Adam+L2, or torch's (fused on CUDA) AdamW")
+                   help="companion.training.optim's AdamW / Adam / Adam+L2, or torch's (fused on CUDA) AdamW")
     t.add_argument("--weight-decay", type=float, default=0.1, help="decoupled weight decay (norms and biases exempt)")
     t.add_argument("--schedule", default="cosine", choices=("cosine", "constant", "noam"), help="learning-rate schedule")
     t.add_argument("--warmup", type=int, default=0, help="linear warmup steps")

@@ -3,16 +3,14 @@
 What this module provides
 - ``TrainConfig``: the budget (``steps``, optional ``max_seconds`` wall-clock guard), optimizer and
   schedule, gradient accumulation and clipping, evaluation and checkpoint cadence, precision, compile.
-- Data sources (the batch/step protocol below): ``LMData`` (random windows of a token stream),
-  ``SequenceData`` (padded decoder-only sequences with loss masks, e.g. ``synthetic.to_lm``),
-  ``PairData`` (length-bucketed ``PairBatch`` epochs for ``Seq2SeqTransformer``).
-- Losses ``loss_fn(model, batch) -> (summed loss (), counted tokens ())``: ``lm_loss`` for (x, y)
-  batches, ``seq2seq_loss`` for ``PairBatch``; ``default_loss`` picks by batch type.
+- It reads any data source with the batch/step protocol below (``companion.data.loaders``: ``LMData``,
+  ``SequenceData``, ``PairData``) and any loss function ``loss_fn(model, batch) -> (summed loss (),
+  counted tokens ())`` (``companion.training.losses``: ``lm_loss``, ``seq2seq_loss``, ``default_loss``).
 - ``Trainer(model, data, config, loss_fn=None, tokenizer=None)``: ``fit()``, ``train_step()``,
   ``forward_backward(batches)``, ``evaluate()``, ``save_checkpoint()``, ``resume(path)``.
 - ``History``: the metrics of a run (one dict per logged step); ``history.plot()`` draws the curves.
-- Throughput: ``training_flops_per_token(model, context)`` (from ``companion.accounting``),
-  ``PEAK_BF16_TFLOPS`` and ``peak_flops(device)`` for model FLOPs utilisation (MFU) on CUDA.
+- Throughput: tokens/s, and model FLOPs utilisation (MFU) on CUDA from
+  ``companion.accounting.training_flops_per_token`` and ``companion.accounting.peak_flops``.
 - DDP: ``setup_distributed()`` (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; gloo on CPU, nccl on GPU).
 
 The batch/step protocol. A data source has ``next_batch()`` (one micro-batch for training),
@@ -38,89 +36,29 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import checkpoint as ckpt
-from .data.batching import IGNORE_INDEX, PairBatch, lm_batch, lm_eval_batches, pair_batches
-from .optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
+from companion.accounting import peak_flops, training_flops_per_token
+from companion.data.batching import IGNORE_INDEX, PairBatch
+from companion.models import unwrap
+from companion.training import checkpoint as ckpt
+from companion.training.losses import default_loss
+from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 
 __all__ = [
-    "TrainConfig", "Trainer", "History", "LMData", "SequenceData", "PairData", "lm_loss", "seq2seq_loss",
-    "default_loss", "training_flops_per_token", "PEAK_BF16_TFLOPS", "peak_flops", "setup_distributed",
+    "TrainConfig", "Trainer", "History", "setup_distributed",
     "SCHEDULES", "OPTIMIZERS", "PRECISIONS",
 ]
 
 SCHEDULES = ("constant", "cosine", "noam")
 OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
 PRECISIONS = ("auto", "fp32", "bf16")
-
-# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s. Matched against
-# torch.cuda.get_device_name() in this order (the first substring that occurs wins).
-PEAK_BF16_TFLOPS: dict[str, float] = {
-    "GB200": 2500.0,
-    "B200": 2250.0,
-    "H100 PCIe": 756.0,
-    "H200": 989.0,
-    "H100": 989.0,
-    "GH200": 989.0,
-    "H800": 989.0,
-    "A100": 312.0,
-    "A800": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10G": 70.0,  # AWS's A10G; the A10 itself is listed as 125
-    "A10": 125.0,
-    "RTX 4090": 165.0,
-    "RTX 3090": 71.0,
-}
-
-
-def peak_flops(device: torch.device | str) -> float | None:
-    """Peak dense bf16 FLOP/s of a CUDA device from ``PEAK_BF16_TFLOPS`` (None on CPU or if unknown)."""
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, tflops in PEAK_BF16_TFLOPS.items():
-        if key in name:
-            return tflops * 1e12
-    return None
-
-
-def training_flops_per_token(model: nn.Module, context: int) -> int | None:
-    """Training FLOPs per token (forward + backward ~ 3 x forward), ``companion.accounting.flops_per_token``.
-
-    Decoder: its config directly. GPT: the same formula on the equivalent Decoder config (LayerNorm,
-    GELU MLP with biases, learned positions, tied embeddings), minus the position table, which is a
-    lookup, not a matmul. Seq2SeqTransformer: None (the accounting module has no encoder-decoder formula).
-    """
-    from .accounting import flops_per_token
-    from .models import GPT, Decoder, DecoderConfig
-
-    model = ckpt.unwrap(model)
-    if isinstance(model, Decoder):
-        c = model.config
-        flops = flops_per_token(c, context, training=True)
-        if c.position == "learned":
-            flops -= 3 * 2 * c.max_seq_len * c.d_model
-        return flops
-    if isinstance(model, GPT):
-        g = model.config
-        c = DecoderConfig(
-            vocab_size=g.vocab_size, d_model=g.n_embd, n_layers=g.n_layer, n_heads=g.n_head, max_seq_len=g.block_size,
-            norm="layer", position="learned", ffn="gelu", d_ff=4 * g.n_embd, ffn_bias=True, attn_bias=True,
-            tie_embeddings=True,
-        )
-        return flops_per_token(c, context, training=True) - 3 * 2 * g.block_size * g.n_embd
-    return None
-
 
 # --- configuration ---------------------------------------------------------------------------------
 
@@ -133,7 +71,7 @@ class TrainConfig:
     max_seconds: float | None = None  # wall-clock guard: stop after the step that crosses it
     grad_accum: int = 1  # micro-batches per optimizer step
     lr: float = 3e-4
-    optimizer: str = "adamw"  # companion.optim: adamw | adam | adam_l2; or torch_adamw (torch's fused kernel)
+    optimizer: str = "adamw"  # companion.training.optim: adamw | adam | adam_l2; or torch_adamw (torch's fused kernel)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     decay_embeddings: bool = True
@@ -181,227 +119,6 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# --- data sources ----------------------------------------------------------------------------------
-
-
-def _generator(seed: int, rank: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + rank)
-
-
-class LMData:
-    """Language-model batches (x (B, T), y (B, T)) from token streams (``companion.data.batching``).
-
-    Args:
-        train: (N,) token ids; validation: (M,) token ids or None.
-        batch_size: B windows per micro-batch; context: T tokens per window.
-    Training windows are random (a seeded generator whose state is checkpointed); validation takes
-    every non-overlapping window in order.
-    """
-
-    def __init__(self, train: Tensor, validation: Tensor | None, batch_size: int, context: int, seed: int = 0):
-        train = torch.as_tensor(train, dtype=torch.long)
-        if train.dim() != 1:
-            raise ValueError(f"train must be a 1-D tensor of token ids (N,); got shape {tuple(train.shape)}")
-        if train.numel() == 0:
-            raise ValueError("train must be a non-empty 1-D tensor of token ids; got 0 tokens: the corpus is empty")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-        if context < 1:
-            raise ValueError(f"context must be >= 1; got {context}")
-        if context > train.numel() - 1:
-            raise ValueError(f"context must be <= len(train) - 1 = {train.numel() - 1} (a window needs context + 1 tokens); got {context}")
-        if validation is not None:
-            validation = torch.as_tensor(validation, dtype=torch.long)
-            if validation.numel() < context + 1:
-                raise ValueError(f"context must be <= len(validation) - 1 = {validation.numel() - 1}; got {context} "
-                                 "(pass validation=None to train without evaluation)")
-        self.train, self.validation, self.batch_size, self.context, self.seed = train, validation, batch_size, context, seed
-        self.rank, self.world = 0, 1
-        self.generator = _generator(seed, 0)
-
-    def shard(self, rank: int, world: int) -> None:
-        self.rank, self.world = rank, world
-        self.generator = _generator(self.seed, rank)
-
-    def next_batch(self) -> tuple[Tensor, Tensor]:
-        return lm_batch(self.train, self.batch_size, self.context, self.generator)
-
-    def eval_batches(self, max_batches: int | None = None) -> Iterator[tuple[Tensor, Tensor]]:
-        if self.validation is None:
-            return iter(())
-        batches = lm_eval_batches(self.validation, self.batch_size, self.context)
-        return (b for i, b in enumerate(batches) if max_batches is None or i < max_batches)
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-
-
-class SequenceData:
-    """Decoder-only batches from whole sequences with loss masks (e.g. ``companion.data.synthetic.to_lm``).
-
-    Each micro-batch draws ``batch_size`` sequences at random, right-pads them with ``pad_id`` and
-    shifts them (``companion.losses.lm_shift``): x (B, L-1), y (B, L-1) with y = IGNORE_INDEX wherever the
-    next token is padding or its mask is False (the prompt). Validation is every sequence once, in order.
-    """
-
-    def __init__(self, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]] | None, batch_size: int,
-                 validation: tuple[Sequence[Sequence[int]], Sequence[Sequence[bool]] | None] | None = None,
-                 pad_id: int = 0, seed: int = 0):
-        if len(sequences) == 0:
-            raise ValueError("sequences must not be empty (the corpus is empty)")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-        self._check(sequences, masks, "sequences")
-        if validation is not None:
-            self._check(validation[0], validation[1], "validation")
-        self.sequences, self.masks, self.batch_size, self.pad_id, self.seed = sequences, masks, batch_size, pad_id, seed
-        self.validation = validation
-        self.rank, self.world = 0, 1
-        self.generator = _generator(seed, 0)
-
-    @staticmethod
-    def _check(sequences, masks, name: str) -> None:
-        if any(len(s) < 2 for s in sequences):
-            raise ValueError(f"every sequence in {name} needs >= 2 tokens (an input and a target)")
-        if masks is not None and [len(m) for m in masks] != [len(s) for s in sequences]:
-            raise ValueError(f"masks of {name} must match their sequences in number and length")
-
-    def _collate(self, idx: Sequence[int], sequences, masks) -> tuple[Tensor, Tensor]:
-        width = max(len(sequences[i]) for i in idx)
-        tokens = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
-        counted = torch.zeros((len(idx), width), dtype=torch.bool)
-        for row, i in enumerate(idx):
-            n = len(sequences[i])
-            tokens[row, :n] = torch.tensor(list(sequences[i]), dtype=torch.long)
-            counted[row, :n] = torch.tensor(list(masks[i]), dtype=torch.bool) if masks is not None else True
-        x, y = tokens[:, :-1], tokens[:, 1:].clone()
-        y[~counted[:, 1:]] = IGNORE_INDEX
-        return x, y
-
-    def shard(self, rank: int, world: int) -> None:
-        self.rank, self.world = rank, world
-        self.generator = _generator(self.seed, rank)
-
-    def next_batch(self) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(0, len(self.sequences), (self.batch_size,), generator=self.generator).tolist()
-        return self._collate(idx, self.sequences, self.masks)
-
-    def eval_batches(self, max_batches: int | None = None) -> Iterator[tuple[Tensor, Tensor]]:
-        if self.validation is None:
-            return
-        seqs, masks = self.validation
-        for k, start in enumerate(range(0, len(seqs), self.batch_size)):
-            if max_batches is not None and k >= max_batches:
-                return
-            yield self._collate(range(start, min(start + self.batch_size, len(seqs))), seqs, masks)
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-
-
-class PairData:
-    """Sequence-pair batches (``PairBatch``) for ``Seq2SeqTransformer``, epoch after epoch.
-
-    Each epoch is ``pair_batches(train, batch_size, ..., seed, epoch)`` (length-bucketed, shuffled);
-    under DDP process r takes batches r, r + world, ... (the epoch is cut to a multiple of world).
-    The state is (epoch, index), so resuming continues mid-epoch with the same batches.
-    """
-
-    def __init__(self, train: Sequence[tuple[Sequence[int], Sequence[int]]],
-                 validation: Sequence[tuple[Sequence[int], Sequence[int]]] | None, batch_size: int,
-                 *, pad_id: int, bos_id: int, eos_id: int, seed: int = 0):
-        if len(train) == 0:
-            raise ValueError("train must contain at least one pair (the corpus is empty)")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-        self.train, self.validation, self.batch_size = train, validation, batch_size
-        self.ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
-        self.seed, self.rank, self.world = seed, 0, 1
-        self.epoch, self.index = 0, 0
-        self._batches: list[PairBatch] | None = None
-        self._validation_batches: list[PairBatch] | None = None
-
-    def shard(self, rank: int, world: int) -> None:
-        self.rank, self.world, self._batches = rank, world, None
-
-    def _epoch_batches(self) -> list[PairBatch]:
-        if self._batches is None:
-            batches = pair_batches(self.train, self.batch_size, seed=self.seed, epoch=self.epoch, **self.ids)
-            usable = len(batches) - len(batches) % self.world
-            if usable == 0:
-                raise ValueError(f"train has {len(batches)} batch(es) per epoch, fewer than the {self.world} processes")
-            self._batches = batches[self.rank:usable:self.world]
-        return self._batches
-
-    def next_batch(self) -> PairBatch:
-        if self.index >= len(self._epoch_batches()):
-            self.epoch, self.index, self._batches = self.epoch + 1, 0, None
-        batch = self._epoch_batches()[self.index]
-        self.index += 1
-        return batch
-
-    def eval_batches(self, max_batches: int | None = None) -> Iterator[PairBatch]:
-        if not self.validation:
-            return iter(())
-        if self._validation_batches is None:
-            self._validation_batches = pair_batches(self.validation, self.batch_size, shuffle=False, **self.ids)
-        return iter(self._validation_batches[:max_batches])
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.index, self._batches = int(state["epoch"]), int(state["index"]), None
-
-
-# --- losses ----------------------------------------------------------------------------------------
-
-
-def lm_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """(x (B, T), y (B, T)) -> (summed next-token cross-entropy over counted targets, count).
-
-    Targets equal to IGNORE_INDEX do not count (padding, prompts). Same value as
-    ``companion.losses.cross_entropy(..., reduction="sum")``, via torch's fused kernel. An MoE model's
-    load-balancing loss (``aux_loss()``, a per-token mean) is added with weight = the token count.
-    """
-    x, y = batch[0], batch[1]
-    logits = model(x)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum",
-                           label_smoothing=label_smoothing)
-    count = (y != IGNORE_INDEX).sum()
-    aux = getattr(ckpt.unwrap(model), "aux_loss", None)
-    if callable(aux):
-        extra = aux()
-        if extra.requires_grad:
-            loss = loss + extra * count
-    return loss, count
-
-
-def seq2seq_loss(model: nn.Module, batch: PairBatch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """PairBatch -> (summed cross-entropy of labels given src and tgt_in, number of real label tokens).
-
-    Calls ``model(src, tgt_in)`` (the module's forward, which DDP needs): the source mask is rebuilt from
-    the model's ``pad_id``, which must be the pad id the batches were padded with.
-    """
-    logits = model(batch.src, batch.tgt_in)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum", label_smoothing=label_smoothing)
-    return loss, (batch.labels != IGNORE_INDEX).sum()
-
-
-def default_loss(model: nn.Module, batch, label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """``seq2seq_loss`` for a PairBatch, ``lm_loss`` for an (x, y) pair."""
-    if isinstance(batch, PairBatch):
-        return seq2seq_loss(model, batch, label_smoothing)
-    return lm_loss(model, batch, label_smoothing)
 
 
 def _to(batch, device: torch.device):
@@ -585,7 +302,7 @@ class Trainer:
         if c.schedule == "cosine":
             return WarmupCosine(c.warmup, c.steps, c.lr_floor)
         if c.schedule == "noam":
-            model_config = ckpt.unwrap(self.model).config
+            model_config = unwrap(self.model).config
             return Noam(getattr(model_config, "d_model", None) or model_config.n_embd, c.warmup)
         return ConstantWithWarmup(c.warmup)
 
@@ -661,7 +378,7 @@ class Trainer:
             clip_grad_norm([p for p in self.model.parameters() if p.grad is not None], self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        update_bias = getattr(ckpt.unwrap(self.model), "update_expert_bias", None)
+        update_bias = getattr(unwrap(self.model), "update_expert_bias", None)
         if callable(update_bias):
             update_bias()
         self.step += 1

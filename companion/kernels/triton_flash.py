@@ -4,12 +4,12 @@ What this module provides
 - ``triton_attention(q, k, v, causal=False, window=None, scale=None)``: differentiable attention for
   CUDA tensors (B, h, T, d) and (B, g, S, d) with g dividing h (MHA / GQA / MQA), fp16 or bf16
   inputs, head dim 16, 32, 64 or 128 (64 and 128 are the targets), accumulated in float32. It is what
-  ``companion.backends.attend(..., backend="triton")`` calls.
+  ``companion.kernels.attend.attend(..., backend="triton")`` calls.
 - ``flash_forward(q, k, v, ...)`` -> (O, logsumexp) and ``flash_backward(...)`` -> (dQ, dK, dV): the
   two halves, exposed for benchmarks/flash_gpu.py and the tests.
 - ``triton_available()`` and ``INTERPRET``: whether the kernels can run here.
 
-The algorithm is the one of ``companion.flash`` (read that module first), with each Python loop over
+The algorithm is the one of ``companion.kernels.flash`` (read that module first), with each Python loop over
 blocks turned into a program instance on the GPU:
 - forward: one program per (query block, batch x head). It keeps the block's running state
   (m, l, acc) in registers, streams K/V blocks from HBM, and writes O and the logsumexp once.
@@ -18,7 +18,7 @@ blocks turned into a program instance on the GPU:
 - backward, queries side: one program per (query block, batch x head) accumulates dQ.
   D = rowsum(dO * O) is a cheap O(T d) reduction done in PyTorch before the two kernels.
 Scores are handled in base 2 (exp2 of s * scale * log2 e), which is what the hardware's fast
-exponential computes; the logsumexp is stored in natural log, as ``companion.flash`` returns it.
+exponential computes; the logsumexp is stored in natural log, as ``companion.kernels.flash`` returns it.
 
 Status: written for, but not yet run on, a GPU. On a CPU the same kernels run under Triton's
 interpreter (TRITON_INTERPRET=1 set before this module is imported), which is how
@@ -37,7 +37,7 @@ import os
 import torch
 from torch import Tensor
 
-from .flash import check_causal_window
+from companion.kernels.flash import check_causal_window
 
 try:  # optional dependency: the rest of the package must import without it
     import triton
@@ -82,7 +82,7 @@ if triton is not None:
     def _key_range(start_m, S, OFFSET, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    HAS_WINDOW: tl.constexpr):
         """[lo, hi): the keys the query rows start_m .. start_m + BLOCK_M - 1 may read, lo rounded down to a
-        key block (companion.flash.key_block_range); the forward and the dQ pass both loop over it."""
+        key block (companion.kernels.flash.key_block_range); the forward and the dQ pass both loop over it."""
         lo = 0
         hi = S
         if CAUSAL:
@@ -253,7 +253,7 @@ def _require_runtime(q: Tensor) -> None:
     if not (q.is_cuda or INTERPRET):
         raise ValueError(
             f"backend='triton' needs CUDA tensors; q is on {q.device}. Use backend='tiled' (same algorithm in "
-            "PyTorch) or 'sdpa' on a CPU, or set TRITON_INTERPRET=1 before importing companion.triton_flash "
+            "PyTorch) or 'sdpa' on a CPU, or set TRITON_INTERPRET=1 before importing companion.kernels.triton_flash "
             "to run the kernels slowly under Triton's interpreter."
         )
     if triton is None:
@@ -374,7 +374,7 @@ def flash_backward(
 
 
 class _TritonFlashFunction(torch.autograd.Function):
-    """Saves Q, K, V, O and the logsumexp, like companion.flash.FlashAttentionFunction."""
+    """Saves Q, K, V, O and the logsumexp, like companion.kernels.flash.FlashAttentionFunction."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, window, scale):

@@ -1,6 +1,6 @@
 """A paged-attention kernel in Triton: attention that reads K and V straight from the page pool (chapter 12).
 
-The paged cache (``companion.paged``) keeps token j of sequence b at (table_b[floor(j / p)], j mod p)
+The paged cache (``companion.inference.paged``) keeps token j of sequence b at (table_b[floor(j / p)], j mod p)
 in a pool of pages. Its reference attention read gathers every page of a sequence back into one
 contiguous (S, g, d) tensor and then runs ordinary attention: one extra copy of the whole prefix,
 per layer, per step. This kernel does the same computation without the copy: each program looks up
@@ -22,11 +22,11 @@ group at once, as the rows of one tile (padded to 16, the smallest tl.dot tile),
 loaded from the pool serves the whole group: that is where GQA saves memory traffic. Decode (one
 row per sequence) is the case this layout is made for; prefill rows are correct too, but each row
 streams its own prefix (a prefill of T rows reads the prefix T times; the FlashAttention kernel in
-``companion.triton_flash`` tiles query rows and is the better choice for long prompts).
+``companion.kernels.triton_flash`` tiles query rows and is the better choice for long prompts).
 
 What this module provides
 - ``paged_attention(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, *, scale, window)``:
-  the kernel launch; same arguments and result as ``companion.paged.paged_attention_reference``.
+  the kernel launch; same arguments and result as ``companion.inference.paged.paged_attention_reference``.
 - ``triton_available()`` and ``INTERPRET``: whether the kernel can run here.
 
 Status: written for, but not yet run on, a GPU. On a CPU it runs under Triton's interpreter
@@ -44,7 +44,7 @@ import os
 import torch
 from torch import Tensor
 
-from .paged import check_paged_attention_args
+from companion.kernels.paged_reference import check_paged_attention_args
 
 try:  # optional dependency: the rest of the package must import without it
     import triton
@@ -138,7 +138,7 @@ def _require_runtime(q: Tensor) -> None:
         raise ValueError(
             f"kernel='triton' needs CUDA tensors; q is on {q.device}. Use kernel='reference' (gather through the "
             "block table, then attention, in PyTorch) on a CPU, or set TRITON_INTERPRET=1 before importing "
-            "companion.triton_paged to run the kernel slowly under Triton's interpreter."
+            "companion.kernels.triton_paged to run the kernel slowly under Triton's interpreter."
         )
     if triton is None:
         raise ImportError("kernel='triton' needs the triton package: pip install 'companion[triton]' (or pip install triton)")
@@ -164,7 +164,7 @@ def paged_attention(
         scale: score scale, default 1 / sqrt(d). window: optional sliding window w (reads t - w < j <= t).
         block_n: keys per loop iteration (a power of two >= 16); default 16 interpreted, 64 compiled.
     Returns:
-        (N, h, d) in q's dtype; equal (up to rounding) to ``companion.paged.paged_attention_reference``.
+        (N, h, d) in q's dtype; equal (up to rounding) to ``companion.inference.paged.paged_attention_reference``.
     """
     if isinstance(q, Tensor):
         _require_runtime(q)  # the clearest message first: wrong device / no triton

@@ -20,7 +20,7 @@ where a query may read a key; the T query rows sit at absolute positions S - T .
 keys, so a causal mask with T < S is what a KV cache needs.
 
 This is a teaching implementation: the Python loops over blocks stand for the loops a GPU kernel
-runs in on-chip memory (``companion.triton_flash`` holds such a kernel). On a CPU it is slower than
+runs in on-chip memory (``companion.kernels.triton_flash`` holds such a kernel). On a CPU it is slower than
 the dense reference, but its extra memory grows linearly in T rather than quadratically
 (benchmarks/flash_memory.py measures both).
 """

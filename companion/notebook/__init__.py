@@ -1,0 +1,1 @@
+"""Helpers for the chapter notebooks: the run profile, plots and diagrams, widgets, attention maps."""
