@@ -7,6 +7,18 @@ What this module provides
   chooses; nothing else in a notebook branches on the profile.
 - ``pick_device()``: cuda, then mps, then cpu.
 - ``seed_everything(seed)``: Python, NumPy and torch seeds in one call.
+- ``Profile.steps(quick=..., gpu=...)``: a training budget in steps (never in seconds).
+
+Threads. The quick profile runs torch on one CPU thread (``$COMPANION_THREADS`` overrides). Two
+reasons, both measured (CONTRIBUTING.md): a chapter then degrades gracefully when the machine is
+shared (two processes with two threads each on two cores run many times slower than with one), and
+the printed numbers do not depend on the machine's core count (a float reduction split over a
+different number of threads rounds differently, and training amplifies the last bits).
+
+Dry run. ``COMPANION_PROFILE=gpu COMPANION_DRY_RUN=1`` executes the gpu profile's code paths (bf16
+autocast, torch.compile, attention-backend choice, the longer schedule's code) on the CPU with the
+quick sizes (or the ``dry=`` size a chapter gives) and at most ``DRY_RUN_STEPS`` steps per training
+run, so CI can run every chapter's gpu branch in seconds. Its outputs mean nothing; only errors do.
 
 The "quick" profile is what CI runs and what the committed notebook outputs come from: it uses
 the CPU even when a GPU exists, so its numbers are the same on every machine. The "gpu" profile
@@ -25,9 +37,13 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-__all__ = ["Profile", "profile", "pick_device", "seed_everything", "PROFILES", "ENV_VAR"]
+__all__ = ["Profile", "profile", "pick_device", "seed_everything", "PROFILES", "ENV_VAR", "DRY_RUN_VAR",
+           "THREADS_VAR", "DRY_RUN_STEPS"]
 
 ENV_VAR = "COMPANION_PROFILE"
+DRY_RUN_VAR = "COMPANION_DRY_RUN"
+THREADS_VAR = "COMPANION_THREADS"
+DRY_RUN_STEPS = 3
 PROFILES = ("quick", "gpu")
 T_ = TypeVar("T_")
 
@@ -58,32 +74,71 @@ class Profile:
     name: str
     device: torch.device
     seed: int = 0
+    dry_run: bool = False
 
     @property
     def is_gpu(self) -> bool:
+        """True in the gpu profile, dry run included: the branches that only the gpu profile takes."""
         return self.name == "gpu"
 
-    def pick(self, quick: T_, gpu: T_) -> T_:
-        """Return ``quick`` in the quick profile and ``gpu`` in the gpu profile."""
-        return gpu if self.is_gpu else quick
+    def pick(self, quick: T_, gpu: T_, dry: T_ | None = None) -> T_:
+        """``quick`` in the quick profile, ``gpu`` in the gpu profile; in a dry run ``dry`` if given,
+        else ``quick`` (the gpu code path at the quick size)."""
+        if not self.is_gpu:
+            return quick
+        if self.dry_run:
+            return quick if dry is None else dry
+        return gpu
+
+    def steps(self, quick: int, gpu: int) -> int:
+        """A training budget in optimizer steps: ``pick(quick, gpu)``, at most ``DRY_RUN_STEPS`` in a dry run."""
+        for name, value in (("quick", quick), ("gpu", gpu)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int number of steps; got {value!r}")
+        return min(quick, DRY_RUN_STEPS) if self.dry_run else self.pick(quick, gpu)
 
     def seed_everything(self) -> None:
         seed_everything(self.seed)
 
     def __str__(self) -> str:
-        return f"profile={self.name} device={self.device.type} seed={self.seed}"
+        dry = " (dry run)" if self.dry_run else ""
+        return f"profile={self.name}{dry} device={self.device.type} seed={self.seed}"
+
+
+def _flag(var: str) -> bool:
+    value = os.environ.get(var, "0").strip().lower()
+    if value not in ("0", "1", "", "false", "true"):
+        raise ValueError(f"${var} must be 0 or 1; got {value!r}")
+    return value in ("1", "true")
+
+
+def _threads(name: str) -> int | None:
+    """Threads to set: $COMPANION_THREADS if given, 1 in the quick profile, None (torch's default) else."""
+    raw = os.environ.get(THREADS_VAR, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"${THREADS_VAR} must be a positive integer; got {raw!r}")
+        return int(raw)
+    return 1 if name == "quick" else None
 
 
 def profile(name: str | None = None, *, seed: int = 0) -> Profile:
     """The active profile: ``name`` if given, else $COMPANION_PROFILE, else "quick".
 
-    Also seeds every generator with ``seed`` and keeps torch to deterministic CPU threads, so a
-    notebook that starts with ``P = companion.profile()`` prints the same numbers on every run.
+    Also seeds every generator with ``seed`` and sets torch's CPU threads (one in the quick profile,
+    see the module docstring), so a notebook that starts with ``P = companion.profile()`` prints the
+    same numbers on every run and every machine.
     """
     name = (name if name is not None else os.environ.get(ENV_VAR, "quick")).strip().lower()
     if name not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES} (from ${ENV_VAR} or the argument); got {name!r}")
-    if name == "quick":
+    dry_run = _flag(DRY_RUN_VAR)
+    if dry_run and name != "gpu":
+        raise ValueError(f"${DRY_RUN_VAR}=1 needs ${ENV_VAR}=gpu (it dry-runs the gpu profile); got {name!r}")
+    threads = _threads(name)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if name == "quick" or dry_run:
         device = torch.device("cpu")
     else:
         device = pick_device()
@@ -92,6 +147,6 @@ def profile(name: str | None = None, *, seed: int = 0) -> Profile:
                 f"the gpu profile was asked for but CUDA is absent; running its larger settings on {device.type}",
                 stacklevel=2,
             )
-    prof = Profile(name=name, device=device, seed=seed)
+    prof = Profile(name=name, device=device, seed=seed, dry_run=dry_run)
     prof.seed_everything()
     return prof

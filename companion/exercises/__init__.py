@@ -1,0 +1,145 @@
+"""Checkers for the chapters' exercises: run a learner's function against the reference and say what
+is wrong, not only pass / fail.
+
+    from companion.exercises import check
+    check("ch01.masked_softmax", my_masked_softmax)      # prints what passed, raises on a mismatch
+
+A checker draws fresh random inputs (several shapes, edge cases such as a fully masked row), calls
+the learner's function and the reference on the same inputs, and compares them. A failure raises
+``ExerciseFailed`` whose message names the case, what was expected and what came back: a wrong
+shape, a masked entry that got weight, a NaN, the largest difference and where it is.
+
+What this package provides
+- ``check(name, fn, *, seed=None)``: run the checker registered as ``name``; returns a ``Report``.
+- ``checkers()``: the registered names, by chapter.
+- ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``).
+- ``register(name)``: the decorator chapters' checker modules (``companion.exercises.ch01`` ...) use.
+- ``compare(case, got, expected, ...)``: the shared tensor comparison with a diagnosis; ``call(case, fn, ...)``
+  runs the learner's function and turns its exception into a failure that names the case.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["check", "checkers", "register", "compare", "call", "ExerciseFailed", "Report"]
+
+_REGISTRY: dict[str, Callable] = {}
+
+
+class ExerciseFailed(AssertionError):
+    """A learner's answer disagreed with the reference; the message says where and how."""
+
+
+@dataclass
+class Report:
+    """What a passed check ran: the exercise's name and one line per case."""
+
+    name: str
+    cases: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.name}: all {len(self.cases)} cases pass (" + "; ".join(self.cases) + ")"
+
+
+def register(name: str):
+    """Register ``fn(learner_fn, generator, report)`` as the checker of exercise ``name``."""
+    if not isinstance(name, str) or "." not in name:
+        raise ValueError(f"name must be 'chapter.exercise' (e.g. 'ch01.masked_softmax'); got {name!r}")
+
+    def wrap(fn):
+        if name in _REGISTRY:
+            raise ValueError(f"checker {name!r} is registered twice")
+        _REGISTRY[name] = fn
+        return fn
+
+    return wrap
+
+
+def _load_all() -> None:
+    import companion.exercises as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{info.name}")
+
+
+def checkers() -> list[str]:
+    """Every registered exercise name, sorted (chapter first)."""
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def check(name: str, fn: Callable, *, seed: int | None = None, quiet: bool = False) -> Report:
+    """Check the learner's ``fn`` for exercise ``name`` on fresh random inputs.
+
+    ``seed`` fixes the inputs (None: a new draw each call, so an answer cannot be tuned to one input).
+    Prints the report unless ``quiet``; raises ``ExerciseFailed`` with a diagnosis on the first failing
+    case, and ``ValueError`` for an unknown name or a non-callable ``fn``.
+    """
+    _load_all()
+    if name not in _REGISTRY:
+        close = [n for n in _REGISTRY if n.split(".")[0] == str(name).split(".")[0]]
+        raise ValueError(f"name must be a registered exercise; got {name!r}. Known: {close or sorted(_REGISTRY)}")
+    if not callable(fn):
+        raise ValueError(f"fn must be a function (your answer); got {type(fn).__name__}")
+    gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item()))
+    report = Report(name)
+    _REGISTRY[name](fn, gen, report)
+    if not quiet:
+        print(report)
+    return report
+
+
+def compare(case: str, got, expected: Tensor, *, atol: float = 1e-5, rtol: float = 1e-4,
+            zero_where: Tensor | None = None, zero_what: str = "masked entries") -> None:
+    """Raise ``ExerciseFailed`` unless ``got`` is a tensor close to ``expected``.
+
+    The diagnosis, in the order a learner should fix things: not a tensor; wrong shape; NaN or inf
+    where the reference is finite; non-zero values where ``zero_where`` is True (e.g. weight on a
+    masked key); otherwise the largest difference and its index.
+    """
+    if not isinstance(got, Tensor):
+        raise ExerciseFailed(f"{case}: expected a tensor, got {type(got).__name__}")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise ExerciseFailed(f"{case}: wrong shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}")
+    got_f, exp_f = got.detach().double(), expected.detach().double()
+    bad = ~torch.isfinite(got_f) & torch.isfinite(exp_f)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ExerciseFailed(f"{case}: {int(bad.sum())} NaN/inf values where the reference is finite, first at "
+                             f"index {idx} (reference {exp_f[idx].item():.4g})")
+    if zero_where is not None:
+        leak = zero_where & (got_f.abs() > atol)
+        if leak.any():
+            idx = tuple(int(i) for i in leak.nonzero()[0])
+            raise ExerciseFailed(f"{case}: {int(leak.sum())} {zero_what} are non-zero, first at index {idx} "
+                                 f"(value {got_f[idx].item():.4g}, expected 0)")
+    diff = (got_f - exp_f).abs()
+    diff = torch.where(torch.isfinite(exp_f), diff, torch.zeros_like(diff))
+    tol = atol + rtol * exp_f.abs().nan_to_num(0.0)
+    over = diff > tol
+    if over.any():
+        flat = int((diff - tol).flatten().argmax())
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+        worst = diff[idx].item()
+        raise ExerciseFailed(f"{case}: values differ from the reference at {int(over.sum())} of {diff.numel()} "
+                             f"entries; largest difference {worst:.3g} at index {idx} (expected "
+                             f"{exp_f[idx].item():.4g}, got {got_f[idx].item():.4g})")
+
+
+def call(case: str, fn: Callable, *args, **kwargs):
+    """Call the learner's function; an exception becomes an ``ExerciseFailed`` that names the case."""
+    try:
+        return fn(*args, **kwargs)
+    except ExerciseFailed:
+        raise
+    except Exception as e:  # the learner's bug, reported with the inputs that triggered it
+        raise ExerciseFailed(f"{case}: your function raised {type(e).__name__}: {e}") from e
+
+
