@@ -112,14 +112,15 @@ def _flag(var: str) -> bool:
     return value in ("1", "true")
 
 
-def _threads(name: str) -> int | None:
-    """Threads to set: $COMPANION_THREADS if given, 1 in the quick profile, None (torch's default) else."""
+def _threads(name: str, dry_run: bool) -> int | None:
+    """Threads to set: $COMPANION_THREADS if given, 1 in the quick profile and in a dry run (both run
+    in CI beside other work), None (torch's default) in the real gpu profile."""
     raw = os.environ.get(THREADS_VAR, "").strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
             raise ValueError(f"${THREADS_VAR} must be a positive integer; got {raw!r}")
         return int(raw)
-    return 1 if name == "quick" else None
+    return 1 if name == "quick" or dry_run else None
 
 
 def profile(name: str | None = None, *, seed: int = 0) -> Profile:
@@ -135,7 +136,7 @@ def profile(name: str | None = None, *, seed: int = 0) -> Profile:
     dry_run = _flag(DRY_RUN_VAR)
     if dry_run and name != "gpu":
         raise ValueError(f"${DRY_RUN_VAR}=1 needs ${ENV_VAR}=gpu (it dry-runs the gpu profile); got {name!r}")
-    threads = _threads(name)
+    threads = _threads(name, dry_run)
     if threads is not None:
         torch.set_num_threads(threads)
     if name == "quick" or dry_run:
