@@ -58,7 +58,7 @@ def test_sinusoidal_table_formula_and_scale():
     assert math.isclose(table[p, 2 * i + 1].item(), math.cos(p / 10000 ** (2 * i / d)), abs_tol=1e-6)
     mod = SinusoidalPositions(d, 50)
     torch.testing.assert_close(mod(torch.tensor([5, 37])), table[[5, 37]])
-    with pytest.raises(ValueError, match="max_seq_len=50"):
+    with pytest.raises(ValueError, match="max_len=50"):
         mod(torch.tensor([50]))
     with pytest.raises(ValueError, match="even"):
         sinusoidal_table(torch.arange(3), 7)
