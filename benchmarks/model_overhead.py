@@ -5,7 +5,7 @@
 
 Three models of the same shape compute the same function (checked before timing: equal logits with
 the same weights):
-- companion: ``companion.models.gpt_from_preset("gpt2-tiny", ...)``, the book's GPT: the shared
+- companion: ``companion.models.from_preset("gpt2-tiny", ...)``, the book's GPT: the shared
   ``Block`` / ``MultiHeadAttention`` (cache contract, masks, backend switch) / ``MLP`` modules and
   the written-out ``LayerNorm``.
 - plain: ``PlainGPT`` below, the same GPT-2 written as directly as possible for exactly this shape
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from companion.models import GPT, gpt_from_preset  # noqa: E402
+from companion.models import GPT, from_preset  # noqa: E402
 from companion.norms import LayerNorm  # noqa: E402
 
 
@@ -145,7 +145,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    companion = gpt_from_preset("gpt2-tiny", vocab_size=args.vocab, block_size=args.ctx, n_layer=args.layers, n_head=args.heads, n_embd=args.d)
+    companion = from_preset("gpt2-tiny", vocab_size=args.vocab, block_size=args.ctx, n_layer=args.layers, n_head=args.heads, n_embd=args.d)
     plain = PlainGPT(args.vocab, args.ctx, args.d, args.layers, args.heads)
     plain.load_from_companion(companion)
     models: dict[str, nn.Module] = {"companion": companion, "plain": plain}

@@ -21,7 +21,7 @@ One run does everything, in this order, and stops at the first failure (exit sta
 3. decode bandwidth utilisation: bytes one decode step must read
    (``companion.accounting.decode_step_bytes``: weights once + the K/V of every sequence) over the
    measured step time (``serving.decode_step_times``: Engine.step() with every sequence decoding,
-   synchronised), against the device's peak bandwidth (``PEAK_TBS``, by device name) and the
+   synchronised), against the device's peak bandwidth (``companion.accounting.GPU_PEAKS``, by device name) and the
    device-to-device copy bandwidth measured in the same run.
 
 Prints markdown tables ready to paste into benchmarks/README.md. Without CUDA (and no ``--device cpu``)
@@ -41,24 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-# Peak DRAM (HBM/GDDR) bandwidth in TB/s from the vendors' data sheets, matched against
-# torch.cuda.get_device_name() by substring, first match wins (so the more specific names come first).
-PEAK_TBS: list[tuple[str, float]] = [
-    ("GH200", 4.0), ("H200", 4.8), ("H100 PCIe", 2.0), ("H100 NVL", 3.9), ("H100", 3.35), ("H800", 3.35),
-    ("A100 80GB PCIe", 1.935), ("A100-SXM4-80GB", 2.039), ("A100", 1.555), ("A800", 2.039),
-    ("L40S", 0.864), ("L40", 0.864), ("L4", 0.3), ("A10G", 0.6), ("A10", 0.6), ("RTX 4090", 1.008),
-    ("RTX 3090", 0.936), ("V100", 0.9), ("T4", 0.32),
-]
+from companion.accounting import peak_bandwidth  # noqa: E402  (the one table of GPU peaks)
+
 TIE_TOL = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.1}  # top-2 logit gap below which a greedy flip is a near-tie
 KERNEL_TOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}  # max |logit diff| / max |logit|
-
-
-def peak_bandwidth(device_name: str) -> float | None:
-    """Peak memory bandwidth in TB/s of the GPU named ``device_name``, or None if not in ``PEAK_TBS``."""
-    for key, tbs in PEAK_TBS:
-        if key.lower() in device_name.lower():
-            return tbs
-    return None
 
 
 def _bail(msg: str) -> None:

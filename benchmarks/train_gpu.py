@@ -1,9 +1,9 @@
 """Training throughput and model FLOPs utilisation of a 124M-parameter GPT on one CUDA GPU.
 
-One script, one run: build GPT-2 small (``gpt_from_preset("gpt2")``, context 1024), train it on random
+One script, one run: build GPT-2 small (``from_preset("gpt2")``, context 1024), train it on random
 token windows with the companion's ``Trainer`` in each requested configuration (bf16 autocast, SDPA
 attention, with and without ``torch.compile``), and print tokens/s and MFU = achieved model FLOP/s
-divided by the device's peak dense bf16 rate (``companion.training.trainer.PEAK_BF16_TFLOPS``). The goal in the
+divided by the device's peak dense bf16 rate (``companion.accounting.GPU_PEAKS``). The goal in the
 book's issue tracker is MFU >= 40% with compile.
 
     python benchmarks/train_gpu.py                      # a few minutes on an H100-class GPU
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from companion.models import gpt_from_preset
+from companion.models import from_preset
 from companion.data.loaders import LMData
 from companion.training.trainer import Trainer, TrainConfig
 from companion.accounting import peak_flops, training_flops_per_token
@@ -30,7 +30,7 @@ from companion.accounting import peak_flops, training_flops_per_token
 
 def run(compile_model: bool, steps: int, batch: int, context: int, warmup_steps: int) -> dict:
     torch.manual_seed(0)
-    model = gpt_from_preset("gpt2", block_size=context)
+    model = from_preset("gpt2", block_size=context)
     tokens = torch.randint(0, model.config.vocab_size, (batch * (context + 1) * 64,))
     data = LMData(tokens, None, batch_size=batch, context=context)
     config = TrainConfig(steps=warmup_steps + steps, lr=6e-4, schedule="constant", precision="auto",

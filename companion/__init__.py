@@ -17,7 +17,7 @@ The mathematics
 - ``companion.moe``: mixture of experts, routers and load balancing (9).
 - ``companion.blocks``: pre- / post-norm residual blocks (3, 6).
 - ``companion.models``: ``Seq2SeqTransformer`` (3), ``GPT`` (4), the configurable ``Decoder`` and its
-  presets (6-9).
+  presets (6-9); ``from_preset(name)`` builds any of them.
 - ``companion.accounting``: parameters, FLOPs, KV-cache bytes, GPU peaks, by formula (3, 6, 8, 10).
 - ``companion.hf``: weights to and from Hugging Face transformers (6-9; optional extra ``hf``).
 - ``companion.files``: atomic file writes and SHA-256 digests.

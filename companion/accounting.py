@@ -12,13 +12,16 @@ Formulas, written from the configs alone (tests hold them equal to the models' m
 - Bytes one decode step reads (``decode_step_bytes``): every weight once (what a batch of B decoding
   tokens needs, see below) + the K/V (or MLA latent + RoPE key) of every token each running sequence
   attends over, in every layer; the quantity that bounds decode speed by memory bandwidth.
+- GPU peaks (``GPU_PEAKS``, ``peak_flops``, ``peak_bandwidth``): dense bf16 TFLOP/s and memory TB/s per
+  device, the denominators of MFU (``benchmarks/train_gpu.py``) and of bandwidth utilisation
+  (``benchmarks/serving_gpu.py``).
 """
 
 from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -29,7 +32,8 @@ from companion.models.gpt import GPTConfig
 from companion.models.seq2seq import Seq2SeqConfig
 
 __all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token",
-           "kv_bytes_per_token", "decode_step_bytes"]
+           "kv_bytes_per_token", "decode_step_bytes", "GpuPeak", "GPU_PEAKS", "gpu_peak", "peak_flops", "peak_bandwidth",
+           "training_flops_per_token"]
 
 
 def _norm(kind: str, d: int) -> int:
@@ -117,21 +121,18 @@ def kv_bytes_per_token(c: DecoderConfig | GPTConfig, bytes_per_value: int = 2, b
     ``kvquant.bytes_per_group`` bytes (d bits/8 of data + a float32 scale)."""
     if bits is not None and bits not in BITS:
         raise ValueError(f"bits must be None or one of {BITS}; got {bits!r}")
-    if isinstance(c, GPTConfig):
-        groups = [(c.n_head, c.n_embd // c.n_head)] * 2  # K and V: (groups, elements per group)
-    elif c.attention == "mla":
+    if c.attention == "mla":
         groups = [(1, c.kv_rank), (1, c.rope_dim)]
     else:
-        groups = [(c.kv_heads, c.attn_head_dim)] * 2
+        groups = [(c.kv_heads, c.attn_head_dim)] * 2  # K and V: (groups, elements per group)
     if bits is None:
-        if isinstance(c, DecoderConfig) and c.attention == "mla":
+        if c.attention == "mla":
             per = mla_cache_bytes(1, c.kv_rank, c.rope_dim, bytes_per_value=bytes_per_value)
         else:
             per = kv_cache_bytes(1, groups[0][0], groups[0][1], bytes_per_value=bytes_per_value)
     else:
         per = sum(n * bytes_per_group(d, bits) for n, d in groups)
-    n_layers = c.n_layer if isinstance(c, GPTConfig) else c.n_layers
-    return [per] * n_layers
+    return [per] * c.n_layers
 
 
 def _positive(name: str, x, integer: bool = True) -> None:
@@ -175,7 +176,7 @@ def decode_step_bytes(
     if isinstance(context_lengths, (str, bytes)) or not isinstance(context_lengths, Sequence) or not len(context_lengths):
         raise ValueError(f"context_lengths must be a non-empty sequence of ints, one per sequence; got {context_lengths!r}")
     gpt = isinstance(c, GPTConfig)
-    context = c.block_size if gpt else c.max_seq_len
+    context = c.context_length
     for n in context_lengths:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= context:
             raise ValueError(f"context_lengths must hold ints in [1, {context}] (the model's context); got {n!r}")
@@ -219,37 +220,66 @@ def decode_step_bytes(
 
 # --- training throughput: FLOPs per token and the GPUs' peaks ---------------------------------------
 
-# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s. Matched against
-# torch.cuda.get_device_name() in this order (the first substring that occurs wins).
-PEAK_BF16_TFLOPS: dict[str, float] = {
-    "GB200": 2500.0,
-    "B200": 2250.0,
-    "H100 PCIe": 756.0,
-    "H200": 989.0,
-    "H100": 989.0,
-    "GH200": 989.0,
-    "H800": 989.0,
-    "A100": 312.0,
-    "A800": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10G": 70.0,  # AWS's A10G; the A10 itself is listed as 125
-    "A10": 125.0,
-    "RTX 4090": 165.0,
-    "RTX 3090": 71.0,
-}
+class GpuPeak(NamedTuple):
+    """One row of ``GPU_PEAKS``: a device-name substring, its dense bf16 tensor-core peak (TFLOP/s)
+    and its DRAM (HBM/GDDR) bandwidth (TB/s); None where the row does not say."""
+
+    name: str
+    bf16_tflops: float | None
+    tbs: float | None
+
+
+# The one table of GPU peaks, from the vendors' data sheets (dense, no sparsity). Matched against
+# torch.cuda.get_device_name() by case-insensitive substring: the first row that matches and has the
+# number asked for wins, so more specific names come first (a row may give only one of the two).
+GPU_PEAKS: list[GpuPeak] = [
+    GpuPeak("GB200", 2500.0, None),
+    GpuPeak("B200", 2250.0, None),
+    GpuPeak("GH200", 989.0, 4.0),
+    GpuPeak("H200", 989.0, 4.8),
+    GpuPeak("H100 PCIe", 756.0, 2.0),
+    GpuPeak("H100 NVL", None, 3.9),
+    GpuPeak("H100", 989.0, 3.35),
+    GpuPeak("H800", 989.0, 3.35),
+    GpuPeak("A100 80GB PCIe", None, 1.935),
+    GpuPeak("A100-SXM4-80GB", None, 2.039),
+    GpuPeak("A100", 312.0, 1.555),
+    GpuPeak("A800", 312.0, 2.039),
+    GpuPeak("L40S", 362.0, 0.864),
+    GpuPeak("L40", None, 0.864),
+    GpuPeak("L4", 121.0, 0.3),
+    GpuPeak("A10G", 70.0, 0.6),  # AWS's A10G; the A10 itself is listed as 125
+    GpuPeak("A10", 125.0, 0.6),
+    GpuPeak("RTX 4090", 165.0, 1.008),
+    GpuPeak("RTX 3090", 71.0, 0.936),
+    GpuPeak("V100", None, 0.9),
+    GpuPeak("T4", None, 0.32),
+]
+
+
+def gpu_peak(device_name: str, field: str) -> float | None:
+    """``field`` ("bf16_tflops" or "tbs") of the GPU named ``device_name`` from ``GPU_PEAKS``, or None."""
+    if field not in GpuPeak._fields[1:]:
+        raise ValueError(f"field must be one of {GpuPeak._fields[1:]}; got {field!r}")
+    for row in GPU_PEAKS:
+        value = getattr(row, field)
+        if value is not None and row.name.lower() in device_name.lower():
+            return value
+    return None
 
 
 def peak_flops(device: torch.device | str) -> float | None:
-    """Peak dense bf16 FLOP/s of a CUDA device from ``PEAK_BF16_TFLOPS`` (None on CPU or if unknown)."""
+    """Peak dense bf16 FLOP/s of a CUDA device from ``GPU_PEAKS`` (None on CPU or if unknown)."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, tflops in PEAK_BF16_TFLOPS.items():
-        if key in name:
-            return tflops * 1e12
-    return None
+    tflops = gpu_peak(torch.cuda.get_device_name(device), "bf16_tflops")
+    return None if tflops is None else tflops * 1e12
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """Peak memory bandwidth in TB/s of the GPU named ``device_name`` from ``GPU_PEAKS``, or None."""
+    return gpu_peak(device_name, "tbs")
 
 
 def training_flops_per_token(model: nn.Module, context: int) -> int | None:

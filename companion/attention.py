@@ -7,6 +7,8 @@ What this module provides
   for a row in which every position is masked.
 - Mask builders: ``causal_mask``, ``padding_mask``, ``sliding_window_mask`` and the
   conversion ``to_additive_mask``.
+- ``resolve_scale(scale, d)``: the score scale, 1 / sqrt(d) by default; the one check every
+  attention entry point of the package uses.
 
 Conventions used everywhere in ``companion``
 - Shapes are written (..., T, d): T query rows, S key rows, leading dimensions are batch and heads.
@@ -32,7 +34,19 @@ __all__ = [
     "padding_mask",
     "sliding_window_mask",
     "to_additive_mask",
+    "resolve_scale",
 ]
+
+
+def resolve_scale(scale: float | None, d: int) -> float:
+    """The factor the scores Q K^T are multiplied by: ``scale``, or 1 / sqrt(d) (equation 1.2) when it is
+    None (1.0 for d = 0, where there is nothing to scale). Any other value must be a positive finite
+    int or float (not a bool)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d) if d > 0 else 1.0
+    if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
+    return float(scale)
 
 
 def _check_mask(mask: Tensor, batch_shape: torch.Size, T: int, S: int) -> None:
@@ -104,10 +118,7 @@ def scaled_dot_product_attention(
             f"the leading (batch, head) dims of q {tuple(q.shape[:-2])}, k {tuple(k.shape[:-2])} and "
             f"v {tuple(v.shape[:-2])} do not broadcast"
         ) from None
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
+    scale = resolve_scale(scale, q.shape[-1])
 
     T, S = q.shape[-2], k.shape[-2]
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S): step 1 score, step 2 scale

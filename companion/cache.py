@@ -12,7 +12,10 @@ The contract (shared DESIGN, "the one interface to get right early")
   same code path runs in both cases; tests compare them.
 
 What this module provides
-- ``LayerCache``: the protocol (``length``, ``update``, optionally ``attend``).
+- ``LayerCache``: the interface, a base class every view of the package derives from: ``length``,
+  ``update`` (required), ``attend`` (optional: the default returns None) and ``same_sequence``
+  (None unless the view packs several sequences). ``MultiHeadAttention`` and
+  ``MultiHeadLatentAttention`` use exactly these four names and nothing else of a view.
 - ``ContiguousLayerCache``: appends along the time dimension (dim -2). With ``window=w`` it keeps
   only the rows a sliding-window layer can still read (the last w - 1 before each append, plus
   ``keep`` initial rows for StreamingLLM-style kept tokens): a bounded ring, not a growing tensor.
@@ -23,12 +26,13 @@ What this module provides
   ``same_sequence``, a (N, S) boolean that the attention layers AND into their position mask so
   no sequence reads another's keys.
 
-Paged and quantised caches (``companion.inference.paged``, chapter 12) implement the same ``LayerCache`` protocol.
+Paged and quantised caches (``companion.inference.paged``, chapter 12) and the compiled decode step
+(``companion.engine.compiled``) derive their views from the same ``LayerCache``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -36,26 +40,38 @@ from torch import Tensor
 __all__ = ["LayerCache", "ContiguousLayerCache", "ModelCache", "PackedBatchCache", "PackedLayerView"]
 
 
-class LayerCache(Protocol):
-    length: int  # absolute positions already stored (the next new row sits at position `length`)
+class LayerCache:
+    """One layer's view of a cache: what an attention layer may call, and all it may call.
+
+    Attributes:
+        length: absolute positions already stored: the next new row sits at position ``length``
+            (views that are always given explicit positions, like packed batches, keep 0).
+        same_sequence: None, or after ``update`` a (T, S) boolean: True where query row i and key
+            row j belong to the same sequence. Set by views that pack several sequences into one row
+            (``PackedLayerView``, the paged batch view); the layer ANDs it into its position mask.
+
+    Subclasses implement ``update`` and may override ``attend``.
+    """
+
+    length: int = 0
+    same_sequence: Tensor | None = None
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         """Store ``rows`` (each (..., T, d)) at absolute ``positions`` (T,); return (key_positions (S,),
-        full rows (..., S, d) each).
+        the full stored rows (..., S, d) each), S >= T: what the new queries attend over."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update")
 
-        A view that packs several sequences into one row may also set ``same_sequence``, a (T, S)
-        boolean (True: query row i and key row j belong to the same sequence), after ``update``."""
-        ...
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None, backend: str = "auto") -> Tensor | None:
-        """Optional. Store k, v (B, g, T, d) at ``positions`` and return the causal attention (with a
-        sliding ``window``) of q (B, h, T, d) over the stored keys, (B, h, T, d_v); or return None
-        without storing anything when this view has no such path (the layer then calls ``update``
-        and attends itself). Attention layers only ask for plain causal (+ window) attention."""
-        ...
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None,
+               backend: str = "auto") -> Tensor | None:
+        """Store k, v (B, g, T, d) at ``positions`` and return the causal attention (with a sliding
+        ``window``) of q (B, h, T, d) over every stored key, (B, h, T, d_v); or return None, storing
+        nothing, when the view has no attention path of its own (this default): the layer then calls
+        ``update`` and attends itself. Layers ask for it only for plain causal (+ window) attention
+        (no sinks, ALiBi, kept tokens or extra mask)."""
+        return None
 
 
-class ContiguousLayerCache:
+class ContiguousLayerCache(LayerCache):
     """Per-layer storage as plain tensors grown by concatenation along dim -2.
 
     Args:
@@ -73,9 +89,6 @@ class ContiguousLayerCache:
         self.length = 0
         self.positions: Tensor | None = None  # (S_stored,)
         self.rows: tuple[Tensor, ...] | None = None
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, **kwargs) -> None:
-        return None  # the layer attends over what ``update`` returns (its fused causal kernels apply)
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         T = positions.shape[0]
@@ -134,7 +147,7 @@ class ModelCache:
         return len(self.layers)
 
 
-class PackedLayerView:
+class PackedLayerView(LayerCache):
     """One layer's view over several sequences packed into one row.
 
     ``update(positions (N,), *rows (1, ..., N, d))`` splits the new rows by sequence, hands each slice

@@ -187,14 +187,13 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and self._plain_causal(mask):
             # A cache that can attend itself (a paged batch: per-sequence gather, or a kernel that
             # reads the pages) stores k, v and returns the output; None = it cannot, read it below.
-            view_attend = getattr(cache, "attend", None)
-            out = view_attend(q, k, v, positions, window=self.window, backend=self.backend) if view_attend is not None else None
+            out = cache.attend(q, k, v, positions, window=self.window, backend=self.backend)
             if out is not None:
                 return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
         same_sequence = None  # (T, S) for a packed multi-sequence batch (companion.cache.PackedLayerView)
         if cache is not None:
             k_positions, (k, v) = cache.update(positions, k, v)
-            same_sequence = getattr(cache, "same_sequence", None)
+            same_sequence = cache.same_sequence
         else:
             k_positions = positions
         bias = None

@@ -126,7 +126,7 @@ class MultiHeadLatentAttention(nn.Module):
         causal = True
         if cache is not None:
             k_positions, (c, k_r) = cache.update(positions, c, k_r)  # (B, S, d_c), (B, S, d_R)
-            same_sequence = getattr(cache, "same_sequence", None)
+            same_sequence = cache.same_sequence
             if same_sequence is not None:  # packed sequences: causality from absolute positions, per sequence
                 allowed = position_mask(positions, k_positions.to(positions.device)) & same_sequence.to(positions.device)
                 mask, causal = (allowed if mask is None else allowed & mask), False

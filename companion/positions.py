@@ -47,17 +47,19 @@ def compiling() -> bool:
     return bool(is_compiling is not None and is_compiling())
 
 
-def _check_positions(positions: Tensor, limit: int | None = None, what: str = "positions") -> None:
+def _check_positions(positions: Tensor, limit: int | None = None, what: str = "positions", values: bool = True) -> None:
+    """Shape and dtype always; the values (>= 0, < limit) unless ``values=False`` or while compiling.
+    Reading values copies them to the host: on a GPU a device sync, which per-layer callers avoid."""
     if positions.dim() != 1 or positions.dtype in (torch.float16, torch.float32, torch.float64, torch.bfloat16):
         raise ValueError(f"{what} must be a 1-D integer tensor of absolute positions; got {positions.dtype} {tuple(positions.shape)}")
-    if not positions.numel() or compiling():
+    if not values or not positions.numel() or compiling():
         return
     if int(positions.min()) < 0:
         raise ValueError(f"{what} must be >= 0")
     if limit is not None and int(positions.max()) >= limit:
         raise ValueError(
-            f"position {int(positions.max())} is beyond the configured context (max_seq_len={limit}); "
-            f"sequences must be at most max_seq_len tokens long"
+            f"position {int(positions.max())} is beyond the configured context (max_len={limit}); "
+            f"positions must be < max_len, so sequences are at most max_len tokens long"
         )
 
 
@@ -195,14 +197,19 @@ class RotaryEmbedding(nn.Module):
         return torch.cat((angles, angles), dim=-1)  # channel i and i + d/2 share theta_i
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor."""
-        _check_positions(positions)
+        """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor.
+
+        Every layer calls this, so it reads position values on the host only when they live on the
+        CPU (free there); on a GPU that read would be a device sync per layer, and the model's forward
+        checks the positions once instead (``Decoder.forward``)."""
+        on_cpu = positions.device.type == "cpu"
+        _check_positions(positions, values=on_cpu)
         if compiling():  # traced: the formula itself (the table below is host-side bookkeeping)
             angles = self._angles(positions)
             return angles.cos() * self.mscale, angles.sin() * self.mscale
         # The table needs max(positions) on the host: free on a CPU, a device sync on a GPU (where the
         # direct formula is one fused-enough kernel anyway), so only CPU positions use it.
-        n = int(positions.max()) + 1 if positions.numel() and positions.device.type == "cpu" else 0
+        n = int(positions.max()) + 1 if positions.numel() and on_cpu else 0
         if not 0 < n <= self.TABLE_LIMIT:
             angles = self._angles(positions)
             return angles.cos() * self.mscale, angles.sin() * self.mscale

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from companion.accounting import decoder_parameters, gpt_parameters, kv_cache_bytes, mla_cache_bytes, seq2seq_parameters
-from companion.models import PRESETS, from_preset, gpt_from_preset, preset_config, seq2seq_from_preset
+from companion.models import PRESETS, from_preset, preset_config
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -18,11 +18,11 @@ def test_variant_and_other_model_formulas():
     cfg = preset_config("llama-like", norm="layer", position="learned", ffn="gelu", attn_bias=True, ffn_bias=True, tie_embeddings=True, sinks=True)
     assert decoder_parameters(cfg) == from_preset("llama-like", norm="layer", position="learned", ffn="gelu", attn_bias=True, ffn_bias=True, tie_embeddings=True, sinks=True).num_parameters()
     for variant in ("gpt1", "gpt2"):
-        m = gpt_from_preset("gpt2-tiny", variant=variant)
+        m = from_preset("gpt2-tiny", variant=variant)
         assert gpt_parameters(m.config) == m.num_parameters()
-    t = seq2seq_from_preset("tiny")
+    t = from_preset("tiny")
     assert seq2seq_parameters(t.config) == t.num_parameters()
-    u = seq2seq_from_preset("tiny", share_embeddings=False)
+    u = from_preset("tiny", share_embeddings=False)
     assert seq2seq_parameters(u.config) == u.num_parameters()
 
 
@@ -87,7 +87,7 @@ def test_decode_step_weight_bytes_match_tensors(name, dtype):
 
 
 def test_decode_step_bytes_gpt():
-    model = gpt_from_preset("gpt2-tiny")
+    model = from_preset("gpt2-tiny")
     c = model.config
     expected = _nbytes(model.parameters()) - _nbytes([model.wpe.weight]) + 2 * c.n_embd * 4
     r = decode_step_bytes(c, [3, 9], param_bytes=4)
@@ -145,3 +145,28 @@ def test_decode_step_bytes_bad_moe_and_config():
     with pytest.raises(ValueError, match="bits"):
         kv_bytes_per_token(c, 2, bits=2)
     assert decode_step_bytes(c, [4], param_bytes=0.5, kv_bytes=2)["weights"] * 4 == decode_step_bytes(c, [4], param_bytes=2)["weights"]
+
+
+def test_one_table_of_gpu_peaks_serves_flops_and_bandwidth():
+    import importlib.util
+    from pathlib import Path
+
+    from companion.accounting import GPU_PEAKS, gpu_peak, peak_bandwidth
+
+    assert gpu_peak("NVIDIA H200", "bf16_tflops") == 989.0 and gpu_peak("NVIDIA H200", "tbs") == 4.8
+    assert gpu_peak("NVIDIA GH200 480GB", "tbs") == 4.0  # the more specific row first
+    # a row with only one number lets the other fall through to the next matching row
+    assert gpu_peak("NVIDIA A100 80GB PCIe", "tbs") == 1.935 and gpu_peak("NVIDIA A100 80GB PCIe", "bf16_tflops") == 312.0
+    assert gpu_peak("Tesla T4", "bf16_tflops") is None and gpu_peak("Some Other GPU", "tbs") is None
+    for row in GPU_PEAKS:  # every row is reachable: no earlier row shadows it for the numbers it gives
+        for field in ("bf16_tflops", "tbs"):
+            if getattr(row, field) is not None:
+                assert gpu_peak(f"NVIDIA {row.name}", field) == getattr(row, field), (row, field)
+    with pytest.raises(ValueError, match="field must be one of"):
+        gpu_peak("NVIDIA H200", "tflops")
+    # the serving benchmark reads the same table, not a copy of its own
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serving_gpu.py"
+    spec = importlib.util.spec_from_file_location("serving_gpu_for_test", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.peak_bandwidth is peak_bandwidth and not hasattr(module, "PEAK_TBS")

@@ -91,3 +91,27 @@ def test_errors():
         attend(x, x, x, backend="tiled", sinks=torch.zeros(3))
     with pytest.raises(ValueError, match="CUDA"):
         attend(x, x, x, backend="triton")  # CPU tensors: a clear error, whether or not triton is installed
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan"), True, "0.5"])
+def test_every_entry_point_applies_the_one_scale_rule(scale):
+    """companion.attention.resolve_scale is the rule; the reference SDPA, the tiled kernel and paged
+    attention all answer a bad scale with its error (and a good one with its value)."""
+    from companion.attention import resolve_scale, scaled_dot_product_attention
+    from companion.kernels.flash import tiled_attention
+    from companion.kernels.paged_reference import paged_attention_reference
+
+    x = torch.randn(1, 2, 3, 4)
+    pages = torch.randn(2, 2, 2, 4)
+    one = torch.tensor([0])
+    calls = [
+        lambda s: resolve_scale(s, 4),
+        lambda s: scaled_dot_product_attention(x, x, x, scale=s),
+        lambda s: tiled_attention(x, x, x, scale=s),
+        lambda s: paged_attention_reference(x[0, :, :1].transpose(0, 1).contiguous(), pages, pages,
+                                            torch.tensor([[0, 1]]), torch.tensor([1]), one, one, scale=s),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="scale must be a positive finite number"):
+            call(scale)
+    assert resolve_scale(None, 16) == 0.25 and resolve_scale(2, 16) == 2.0 and resolve_scale(None, 0) == 1.0

@@ -289,6 +289,22 @@ def test_backward_saves_no_T_by_S_tensor():
     assert any(is_score_sized(s) for s in dense)
 
 
+def test_backward_node_saves_only_tensors():
+    """Tools that walk ``grad_fn.saved_tensors`` (memory profilers, checkpointing) need tensors only:
+    no mask saves five tensors, not five and a None; a mask is saved as the sixth."""
+    q, k, v = (torch.randn(1, 2, 6, 4, requires_grad=True) for _ in range(3))
+    out, _ = tiled_attention(q, k, v, causal=True, block_q=4, block_k=4)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 5 and all(isinstance(t, torch.Tensor) for t in saved)
+    mask = torch.rand(6, 6) > 0.3
+    out, _ = tiled_attention(q, k, v, mask=mask, block_q=4, block_k=4)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 6 and all(isinstance(t, torch.Tensor) for t in saved)
+    assert torch.equal(saved[-1], mask)
+    out.sum().backward()  # the backward still finds the mask it needs
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
 def test_only_q_needs_grad():
     q, k, v, kwargs, dense = _problem(7, "causal", (2, 2), torch.float64, T=6)
     qq = q.clone().requires_grad_()

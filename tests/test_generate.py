@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from companion.inference.generate import SamplingParams, filter_logits, generate, sample
-from companion.models import PRESETS, from_preset, gpt_from_preset
+from companion.models import PRESETS, from_preset
 
 MODELS = list(PRESETS) + ["gpt2-tiny"]
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3] * 11]  # different lengths; 11 + new > every toy window
@@ -12,13 +12,13 @@ PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3] * 11]  # different lengths; 11 + n
 
 def _model(name, seed=0):
     torch.manual_seed(seed)
-    return (gpt_from_preset(name) if name == "gpt2-tiny" else from_preset(name)).eval()
+    return from_preset(name).eval()
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_cache_modes_agree_with_the_full_forward(name):
     model = _model(name)
-    res = {mode: generate(model, PROMPTS, cache=mode, max_new_tokens=6, page_size=4) for mode in ("none", "contiguous", "paged")}
+    res = {mode: generate(model, PROMPTS, cache=mode, max_new_tokens=6, page_size=4, keep_logits=True) for mode in ("none", "contiguous", "paged")}
     for mode, r in res.items():
         assert r.tokens == res["none"].tokens, mode
         assert [len(t) for t in r.tokens] == [6, 6, 6] and r.finish_reasons == ["length"] * 3
@@ -113,7 +113,7 @@ def test_bad_input(kwargs, match):
 def test_variants_agree_across_cache_modes(overrides):
     torch.manual_seed(9)
     model = from_preset("llama-like", **overrides).eval()
-    res = {mode: generate(model, PROMPTS, cache=mode, max_new_tokens=4, page_size=3) for mode in ("none", "contiguous", "paged")}
+    res = {mode: generate(model, PROMPTS, cache=mode, max_new_tokens=4, page_size=3, keep_logits=True) for mode in ("none", "contiguous", "paged")}
     for r in res.values():
         assert r.tokens == res["none"].tokens
         for a, b in zip(r.logits, res["none"].logits):
@@ -125,8 +125,20 @@ def test_absorbed_mla_generation_matches():
     model = from_preset("deepseek-like", mla_absorbed=True).eval()
     ref = from_preset("deepseek-like").eval()
     ref.load_state_dict(model.state_dict())
-    a = generate(model, PROMPTS, cache="paged", max_new_tokens=4, page_size=4)
-    b = generate(ref, PROMPTS, cache="none", max_new_tokens=4)
+    a = generate(model, PROMPTS, cache="paged", max_new_tokens=4, page_size=4, keep_logits=True)
+    b = generate(ref, PROMPTS, cache="none", max_new_tokens=4, keep_logits=True)
     assert a.tokens == b.tokens
     for x, y in zip(a.logits, b.logits):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+def test_logits_are_kept_only_when_asked():
+    model = _model("llama-like")
+    plain = generate(model, PROMPTS, max_new_tokens=3)
+    assert plain.logits is None  # no per-step host copy by default
+    kept = generate(model, PROMPTS, max_new_tokens=3, keep_logits=True)
+    assert kept.tokens == plain.tokens
+    assert [tuple(x.shape) for x in kept.logits] == [(3, model.config.vocab_size)] * len(PROMPTS)
+    assert all(x.device.type == "cpu" and x.dtype == torch.float32 for x in kept.logits)
+    with pytest.raises(ValueError, match="keep_logits must be True or False"):
+        generate(model, PROMPTS, max_new_tokens=3, keep_logits="yes")

@@ -149,3 +149,71 @@ def test_validation_messages():
         MultiHeadAttention(16, 4, backend="magic")
     with pytest.raises(ValueError, match="sinks must hold one logit per query head"):
         attend(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), sinks=torch.zeros(3))
+
+
+def test_rope_layers_read_no_position_values_off_the_cpu():
+    """Every layer rotates q and k: reading the positions on the host there (min/max checks, a table
+    size) would be one device sync per layer on a GPU. On the meta device any such read raises, so a
+    forward that completes there read none."""
+    from companion.positions import RotaryEmbedding
+
+    rope = RotaryEmbedding(8).to("meta")
+    cos, sin = rope.cos_sin(torch.arange(5, device="meta"))
+    assert cos.shape == sin.shape == (5, 8)
+    layer = MultiHeadAttention(32, 4, 2, rope=RotaryEmbedding(8)).to("meta")
+    out = layer(torch.randn(2, 5, 32, device="meta"), positions=torch.arange(3, 8, device="meta"))
+    assert out.shape == (2, 5, 32) and out.device.type == "meta"
+
+
+def test_decoder_forward_still_rejects_bad_positions_and_ids():
+    from companion.models import from_preset
+
+    model = from_preset("llama-like", max_seq_len=16).eval()
+    with pytest.raises(ValueError, match="positions must be >= 0"):
+        model(torch.zeros(1, 3, dtype=torch.long), positions=torch.tensor([-1, 0, 1]))
+    with pytest.raises(ValueError, match="position 16 >= max_seq_len=16"):
+        model(torch.zeros(1, 3, dtype=torch.long), positions=torch.tensor([14, 15, 16]))
+    with pytest.raises(ValueError, match="token ids must be in \\[0, vocab_size=256\\); got range \\[0, 300\\]"):
+        model(torch.tensor([[0, 300]]))
+
+
+def test_layer_cache_interface_is_what_attention_uses():
+    """``companion.cache.LayerCache``: a view that implements only ``update`` inherits ``attend``
+    (returns None: the layer attends itself) and ``same_sequence`` (None); a view whose ``attend``
+    answers is used instead of ``update``. Every view of the package derives from the base."""
+    from companion.cache import LayerCache, PackedLayerView
+    from companion.engine.compiled import _StepLayerView
+    from companion.inference.paged import PagedBatchLayerView, PagedLayerView
+
+    for view in (ContiguousLayerCache, PackedLayerView, PagedLayerView, PagedBatchLayerView, _StepLayerView):
+        assert issubclass(view, LayerCache), view.__name__
+
+    class Recording(LayerCache):
+        def __init__(self):
+            self.inner, self.calls = ContiguousLayerCache(), []
+
+        @property
+        def length(self):
+            return self.inner.length
+
+        def update(self, positions, *rows):
+            self.calls.append("update")
+            return self.inner.update(positions, *rows)
+
+    class Attending(Recording):
+        def attend(self, q, k, v, positions, *, window=None, backend="auto"):
+            self.calls.append("attend")
+            return torch.zeros_like(q)
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, 2, bias=True)
+    x = torch.randn(1, 5, 16)
+    plain = Recording()
+    torch.testing.assert_close(layer(x, cache=plain), layer(x))
+    assert plain.calls == ["update"] and plain.same_sequence is None and plain.length == 5
+    own = Attending()
+    out = layer(x, cache=own)
+    assert own.calls == ["attend"]  # its answer replaces update + attention
+    torch.testing.assert_close(out, layer.out.bias.expand(1, 5, 16))  # zeros through the output projection
+    with pytest.raises(NotImplementedError, match="must implement update"):
+        LayerCache().update(torch.arange(2), x)

@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from companion.models import PRESETS, DecoderConfig, from_preset, gpt_from_preset, seq2seq_from_preset
+from companion.models import (
+    GPT, GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, Decoder, DecoderConfig, Seq2SeqConfig, Seq2SeqTransformer, from_preset,
+    gpt_from_preset, preset_config, preset_family, seq2seq_from_preset,
+)
 from companion.models.gpt import GPTConfig
 
 
@@ -64,7 +67,7 @@ def test_one_choice_at_a_time_variants_run_and_cache():
         torch.testing.assert_close(inc, model(idx), atol=1e-5, rtol=1e-5, msg=str(overrides))
 
 
-def test_moe_reports_and_training_step():
+def test_moe_reports_expert_load_and_gradients_reach_the_router():
     torch.manual_seed(4)
     model = from_preset("mixtral-like")
     idx = torch.randint(0, 256, (2, 16))
@@ -93,7 +96,7 @@ def test_parameter_counts():
     g3 = from_preset("gemma3-like")
     assert g3.lm_head.weight.data_ptr() == g3.embed.weight.data_ptr()
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-        gpt2, base = gpt_from_preset("gpt2").num_parameters(), seq2seq_from_preset("base").num_parameters()
+        gpt2, base = from_preset("gpt2").num_parameters(), from_preset("base").num_parameters()
     assert gpt2 == 124_439_808  # GPT-2 small, tied embeddings
     assert abs(base - 65e6) / 65e6 < 0.05  # the paper's "65M" for the base model
 
@@ -134,7 +137,7 @@ def test_validation_errors():
 @pytest.mark.parametrize("variant", ["gpt1", "gpt2"])
 def test_gpt_cache_prefix_and_tying(variant):
     torch.manual_seed(5)
-    model = gpt_from_preset("gpt2-tiny", variant=variant).eval()
+    model = from_preset("gpt2-tiny", variant=variant).eval()
     idx = torch.randint(0, 256, (2, 12))
     full = model(idx)
     inc, _ = _incremental(model, idx, prefill=4)
@@ -147,7 +150,7 @@ def test_gpt_cache_prefix_and_tying(variant):
 def test_gpt2_block_written_out():
     """GPT-2 forward == a plain re-implementation using torch's own LayerNorm, GELU and SDPA."""
     torch.manual_seed(6)
-    model = gpt_from_preset("gpt2-tiny").eval()
+    model = from_preset("gpt2-tiny").eval()
     idx = torch.randint(0, 256, (2, 9))
     F = torch.nn.functional
     x = model.wte.weight[idx] + model.wpe.weight[:9]
@@ -165,7 +168,7 @@ def test_gpt2_block_written_out():
 
 def test_seq2seq_cache_padding_and_shapes():
     torch.manual_seed(7)
-    model = seq2seq_from_preset("tiny").eval()
+    model = from_preset("tiny").eval()
     src = torch.randint(1, 64, (2, 9))
     src[0, 6:] = model.config.pad_id
     tgt = torch.randint(1, 64, (2, 8))
@@ -195,3 +198,38 @@ def test_backends_agree_on_a_windowed_preset(backend):
     torch.testing.assert_close(other(idx), full, atol=1e-5, rtol=1e-5)
     inc, _ = _incremental(other, idx, prefill=4)
     torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
+
+
+def test_from_preset_builds_every_family_by_name():
+    families = {"decoder": (PRESETS, Decoder), "gpt": (GPT_PRESETS, GPT), "seq2seq": (SEQ2SEQ_PRESETS, Seq2SeqTransformer)}
+    for family, (presets, cls) in families.items():
+        for name in presets:
+            assert preset_family(name) == family
+            with torch.device("meta"):  # the big presets (gpt2, base) cost nothing here
+                model = from_preset(name)
+            assert type(model) is cls and model.config.name == name
+            # every field the preset sets is in the config it builds
+            assert all(getattr(model.config, k) == v for k, v in presets[name].items())
+    with pytest.raises(ValueError, match="unknown preset 'big'; valid presets: .*gpt2-tiny.*tiny"):
+        from_preset("big")
+    with pytest.raises(ValueError, match="unknown GPTConfig field"):
+        from_preset("gpt2-tiny", n_layers=3)  # GPT's own field is n_layer; n_layers only reads it
+    assert preset_config("tiny", max_len=32) == Seq2SeqConfig(**{**SEQ2SEQ_PRESETS["tiny"], "name": "tiny", "max_len": 32})
+    # the family-named helpers the chapters import stay within their family
+    assert type(seq2seq_from_preset("tiny")) is Seq2SeqTransformer and type(gpt_from_preset("gpt2-tiny")) is GPT
+    with pytest.raises(ValueError, match="unknown preset 'llama-like'; valid presets: base, tiny"):
+        seq2seq_from_preset("llama-like")
+    with pytest.raises(ValueError, match="unknown preset 'tiny'; valid presets: gpt1"):
+        gpt_from_preset("tiny")
+
+
+def test_configs_share_one_vocabulary():
+    gpt = from_preset("gpt2-tiny", n_layer=3, block_size=40).config
+    assert (gpt.n_layers, gpt.d_model, gpt.n_heads, gpt.context_length) == (3, gpt.n_embd, gpt.n_head, 40)
+    assert (gpt.kv_heads, gpt.attn_head_dim, gpt.attention) == (gpt.n_head, gpt.n_embd // gpt.n_head, "mha")
+    dec = from_preset("llama-like", max_seq_len=48).config
+    assert dec.context_length == 48
+    s2s = from_preset("tiny", max_len=24).config
+    assert (s2s.context_length, s2s.d_model, s2s.n_heads) == (24, 32, 4)
+    with pytest.raises(AttributeError):  # read-only: the real field is the one to set
+        gpt.n_layers = 5

@@ -8,7 +8,7 @@ import torch
 from companion.accounting import kv_cache_bytes, mla_cache_bytes
 from companion.inference.generate import packed_forward
 from companion.inference.kvquant import bytes_per_group, dequantize, quantize
-from companion.models import from_preset, gpt_from_preset
+from companion.models import from_preset
 from companion.inference.block_manager import BlockManager, PoolExhausted
 from companion.inference.paged import PagedKVCache, kv_token_shapes
 
@@ -25,7 +25,7 @@ def _prefill_and_decode(model, seq_cache, tokens, split):
 @torch.no_grad()
 def test_paged_view_equals_full_forward_and_frees_everything(name):
     torch.manual_seed(0)
-    model = (gpt_from_preset(name) if name == "gpt2-tiny" else from_preset(name)).eval()
+    model = from_preset(name).eval()
     kv = PagedKVCache(model, n_pages=8, page_size=3)
     seq = kv.new_sequence()
     tokens = torch.randint(0, 256, (14,)).tolist()  # 14 tokens: 5 pages of 3, last one partial
@@ -232,3 +232,25 @@ def test_commit_fast_path_registers_what_the_full_register_would(seed, monkeypat
     engine.generate(prompts, params, arrivals=sorted(rng.randint(0, 6) for _ in prompts))
     assert checks[0] > 0 and checks[1] > 0  # both the full pass and the skip ran
     assert engine.kv.n_free == engine.kv.n_pages
+
+
+def test_page_slots_is_the_slot_formula_every_path_uses():
+    from companion.inference.paged import PagedBatch
+    from companion.kernels.paged_reference import page_slots
+
+    tables = torch.tensor([[5, 0, 3], [2, 7, 1]])
+    p = 4
+    got = page_slots(tables, p)
+    # the definition, one position at a time: position j of sequence b is in page tables[b, j // p], offset j % p
+    want = torch.tensor([[int(tables[b, j // p]) * p + j % p for j in range(3 * p)] for b in range(2)])
+    assert torch.equal(got, want)
+    assert torch.equal(page_slots(tables[1], p), want[1])  # one table: (n,) -> (n * p,)
+    with pytest.raises(ValueError, match="page_size must be an int >= 1"):
+        page_slots(tables, 0)
+    # the packed batch's write and read slots come from it
+    torch.manual_seed(6)
+    model = from_preset("llama-like").eval()
+    kv = PagedKVCache(model, n_pages=10, page_size=3)
+    seqs = [kv.new_sequence(), kv.new_sequence()]
+    batch = PagedBatch(kv, seqs, [5, 2])
+    assert torch.equal(batch.write_slots, torch.cat([page_slots(torch.tensor(s.table), 3)[:n] for s, n in zip(seqs, [5, 2])]))

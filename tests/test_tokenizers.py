@@ -8,7 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from companion.tokenizers import ByteBPE, CharTokenizer, FastByteBPE, bytes_to_unicode, pretokenize
+from companion.tokenizers import (
+    GPT2_PATTERN, ByteBPE, CharTokenizer, FastByteBPE, WordTokenizer, bytes_to_unicode, pretokenize,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # A corpus that is always present: this package's own prose and code (English with symbols and digits).
@@ -126,3 +128,157 @@ def test_char_tokenizer_specials_unknown_and_files(tmp_path):
         strict.encode("abz")
     with pytest.raises(ValueError, match="the corpus is empty"):
         CharTokenizer.train("")
+
+
+# ---------------------------------------------------------------- special tokens in training
+STORIES = ["the cat sat on the mat.", "a dog ran to the cat!", "the end of it all", "to be or not to be"] * 5
+
+
+@pytest.mark.parametrize("train", [
+    lambda texts, size, specials: ByteBPE.train(texts, size, specials, min_frequency=2, tie_break="id"),
+    lambda texts, size, specials: ByteBPE.train(texts, size, specials, min_frequency=2, tie_break="lex"),
+    lambda texts, size, specials: FastByteBPE.train(texts, size, specials, min_frequency=2),
+], ids=["ByteBPE-id", "ByteBPE-lex", "FastByteBPE"])
+def test_bpe_training_never_merges_across_or_inside_special_tokens(train):
+    joined = SPECIAL.join(STORIES)
+    tokenizer = train([joined], 330, [SPECIAL])
+    merged = [a + b for a, b in tokenizer.merges]
+    assert (b"|", b">") not in tokenizer.merges and (b"<", b"|") not in tokenizer.merges
+    # every merged symbol is a piece of the text between the special tokens, never of the joins
+    between = [s.encode() for s in STORIES]
+    assert all(any(m in s for s in between) for m in merged)
+    # the same merges as training on the stories with the special token never written
+    assert tokenizer.merges == train(STORIES, 330, [SPECIAL]).merges
+
+
+# ---------------------------------------------------------------- streaming
+def _chunkings(text):
+    """The text line by line, and in fixed sizes that cut inside words, spaces and special tokens."""
+    yield text.splitlines(keepends=True)
+    for size in (1, 2, 3, 5, 7, 64):
+        yield [text[i : i + size] for i in range(0, len(text), size)]
+
+
+STREAM_TEXT = (
+    "First line, with words.\n  indented   spaces\t\ttabs\n\n\nthree blank lines don't stop it; "
+    f"it'll go{SPECIAL}on after a special token {SPECIAL}{SPECIAL} twice\r\n"
+    "naïve café 日本語 🎉 numbers 12345 67, we've   \n \n trailing spaces   "
+)
+
+
+def test_encode_iterable_equals_encode_for_every_tokenizer(trained):
+    char = CharTokenizer.train(STREAM_TEXT, special_tokens=[SPECIAL])
+    word = WordTokenizer.train(STREAM_TEXT)
+    for tokenizer in (*trained, char, word):
+        expected = tokenizer.encode(STREAM_TEXT)
+        for chunks in _chunkings(STREAM_TEXT):
+            assert list(tokenizer.encode_iterable(chunks)) == expected, (type(tokenizer).__name__, len(chunks[0]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.text(alphabet="ab '\n\t.1é<|>" , max_size=6) | st.just(SPECIAL), max_size=12))
+def test_encode_iterable_equals_encode_on_any_chunking(trained, pieces):
+    text = "".join(pieces)
+    for tokenizer in trained:
+        assert list(tokenizer.encode_iterable(pieces)) == tokenizer.encode(text)
+
+
+def test_encode_iterable_streams_in_bounded_memory(trained):
+    import itertools
+
+    # An endless file: encode_iterable must yield ids long before the input ends ...
+    endless = itertools.repeat("to be or not to be, that is the question\n")
+    assert len(list(itertools.islice(trained[0].encode_iterable(endless), 1000))) == 1000
+    # ... and read only a few lines ahead of the ids it has yielded.
+    read = []
+    lines = (read.append(line) or line for line in itertools.repeat("hello world\n", 10_000))
+    for _ in itertools.islice(trained[1].encode_iterable(lines), 100):
+        pass
+    assert len(read) < 100
+
+
+def test_encode_iterable_rejects_non_strings(trained):
+    with pytest.raises(ValueError, match="texts must yield strings"):
+        list(trained[0].encode_iterable([b"bytes"]))
+
+
+# ---------------------------------------------------------------- the "lex" tie-break
+def _brute_force_bpe(texts, n_merges, specials):
+    """Textbook BPE, no cleverness: recount every pair after every merge; ties go to the
+    lexicographically greatest (left bytes, right bytes)."""
+    import regex as re_
+
+    words: dict[tuple[bytes, ...], int] = {}
+    pattern = "|".join(re_.escape(s) for s in sorted(specials, key=len, reverse=True))
+    for text in texts:
+        for part in (re_.split(pattern, text) if specials else [text]):
+            for piece in re_.findall(GPT2_PATTERN, part):
+                key = tuple(bytes([b]) for b in piece.encode("utf-8"))
+                words[key] = words.get(key, 0) + 1
+    merges = []
+    for _ in range(n_merges):
+        counts: dict[tuple[bytes, bytes], int] = {}
+        for word, n in words.items():
+            for pair in zip(word, word[1:]):
+                counts[pair] = counts.get(pair, 0) + n
+        if not counts:
+            break
+        best = max(counts, key=lambda pair: (counts[pair], pair))
+        merges.append(best)
+        new_words = {}
+        for word, n in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and (word[i], word[i + 1]) == best:
+                    out.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            new_words[tuple(out)] = new_words.get(tuple(out), 0) + n
+        words = new_words
+    return merges
+
+
+@pytest.mark.parametrize("texts", [
+    ["low low low low low lower lower widest widest widest newest newest newest newest newest newest"],
+    [SPECIAL.join(STORIES)],
+    CORPUS[:1],
+])
+def test_lex_tie_break_equals_a_brute_force_reference(texts):
+    text_len = sum(map(len, texts))
+    n_merges = 40 if text_len < 5000 else 120
+    expected = _brute_force_bpe(texts, n_merges, [SPECIAL])
+    got = ByteBPE.train(texts, 256 + 1 + len(expected), [SPECIAL], min_frequency=1, tie_break="lex")
+    assert got.merges == expected
+    # the tie-break decided something here: another rule gives other merges
+    if texts[0].startswith("low"):
+        assert ByteBPE.train(texts, 256 + 1 + len(expected), [SPECIAL], min_frequency=1).merges != expected
+
+
+# ---------------------------------------------------------------- one JSON format, one registry
+def test_every_tokenizer_kind_round_trips_through_the_registry(trained, tmp_path):
+    from companion.tokenizers import TOKENIZER_KINDS, tokenizer_from_json
+
+    char = CharTokenizer.train(STREAM_TEXT, special_tokens=[SPECIAL])
+    word = WordTokenizer.train(STREAM_TEXT)
+    tokenizers = (*trained[1:], char, word)
+    assert {type(t) for t in tokenizers} == set(TOKENIZER_KINDS.values())
+    for tokenizer in tokenizers:
+        tokenizer.save(tmp_path / "t.json")
+        again = tokenizer_from_json(tmp_path / "t.json")
+        assert type(again) is type(tokenizer) and again.encode(STREAM_TEXT) == tokenizer.encode(STREAM_TEXT)
+    (tmp_path / "odd.json").write_text('{"kind": "someone.Else"}')
+    with pytest.raises(ValueError, match="unknown tokenizer kind 'someone.Else'"):
+        tokenizer_from_json(tmp_path / "odd.json")
+
+
+def test_checkpoint_load_tokenizer_knows_the_word_tokenizer(tmp_path):
+    from companion.models import GPT, GPTConfig
+    from companion.training.checkpoint import load_tokenizer, save_checkpoint
+
+    word = WordTokenizer.train(["le chat est noir . the cat is black ."])
+    model = GPT(GPTConfig(vocab_size=word.vocab_size, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    step_dir = save_checkpoint(tmp_path, 1, model, tokenizer=word)
+    loaded = load_tokenizer(step_dir)
+    assert isinstance(loaded, WordTokenizer) and loaded.to_dict() == word.to_dict()

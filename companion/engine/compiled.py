@@ -8,7 +8,7 @@ and replays the whole step from one call.
 
 What is compiled: ``Decoder.forward`` with a cache view that holds only tensors (``_StepCache``):
 each layer writes its new K/V into the pool with one ``index_copy_`` and attends through
-``companion.inference.paged._Group.attend``, the same code the eager "gather" path runs. The bookkeeping
+``companion.inference.paged.GatherGroup.attend``, the same code the eager "gather" path runs. The bookkeeping
 (page allocation, block tables, slot indices) stays in eager Python, outside the graph, as do the
 prefill steps (their shapes vary far more) and sampling.
 
@@ -39,7 +39,9 @@ import shutil
 import torch
 from torch import Tensor, nn
 
-from companion.inference.paged import PagedKVCache, PagePool, _Group
+from companion.cache import LayerCache
+from companion.inference.paged import GatherGroup, PagedKVCache, PagePool
+from companion.kernels.paged_reference import page_slots
 
 __all__ = ["CompiledDecode", "compile_unavailable", "compile_unsupported"]
 
@@ -86,19 +88,18 @@ def compile_unsupported(model: nn.Module) -> str | None:
 
 class _StepCache:
     """The cache of one compiled decode step: the pool's tensors, the step's key slots (as a
-    ``_Group``: B sequences, one query each, L keys) and the slots its new K/V go to."""
+    ``GatherGroup``: B sequences, one query each, L keys) and the slots its new K/V go to."""
 
     length = 0  # positions are always passed
 
-    def __init__(self, pool: PagePool, group: _Group, write_slots: Tensor):
+    def __init__(self, pool: PagePool, group: GatherGroup, write_slots: Tensor):
         self.pool, self.group, self.write_slots = pool, group, write_slots
 
     def layer(self, i: int) -> "_StepLayerView":
         return _StepLayerView(self, i)
 
 
-class _StepLayerView:
-    length = 0
+class _StepLayerView(LayerCache):
 
     def __init__(self, cache: _StepCache, layer: int):
         self.cache, self.layer_index = cache, layer
@@ -123,7 +124,7 @@ def _decode_step(model: nn.Module, pool: PagePool, ids: Tensor, positions: Tenso
     input less to guard, one eager op less per step)."""
     B, L = slots.shape
     write_slots = slots.gather(1, positions.view(B, 1)).view(B)
-    group = _Group(None, positions.view(B, 1), slots.reshape(-1), None, None, B, 1, L)
+    group = GatherGroup(None, positions.view(B, 1), slots.reshape(-1), None, None, B, 1, L)
     return model(ids, cache=_StepCache(pool, group, write_slots), positions=positions)[0]
 
 
@@ -161,18 +162,17 @@ class CompiledDecode:
         self.step = _step_function()
         p = kv.page_size
         # a row covers the longest table a sequence can have (the model's context; at most the pool)
-        self._width = min(-(-model.config.max_seq_len // p), kv.n_pages) * p
+        self._width = min(-(-model.config.context_length // p), kv.n_pages) * p
         self._slots = torch.zeros(0, self._width, dtype=torch.long, device=kv.pool.device)
-        self._offsets = torch.arange(p, dtype=torch.long, device=kv.pool.device)
         self._caches: list = []  # the sequence in each row of ``_slots``, as of the last step
         self._tables: list[list[int]] = []  # the block table each row was written from
         self._lengths: list[int] = []  # each row's sequence length after the last step
 
     def _write_pages(self, row: int, table: list[int], first: int) -> None:
-        """Row ``row`` of the slot buffer, pages first.. of ``table``: slot of position j = table[j // p] * p + j % p."""
+        """Row ``row`` of the slot buffer, pages first.. of ``table`` (``page_slots``: the slot formula)."""
         p = self.kv.page_size
         pages = torch.tensor(table[first:], dtype=torch.long, device=self._slots.device)
-        self._slots[row, first * p : len(table) * p] = (pages[:, None] * p + self._offsets).view(-1)
+        self._slots[row, first * p : len(table) * p] = page_slots(pages, p)
 
     def _update_slots(self, caches) -> None:
         """Bring the slot buffer's rows in line with the block tables of ``caches`` (see the class docstring)."""
@@ -204,7 +204,7 @@ class CompiledDecode:
         p = self.kv.page_size
         for row, cache in enumerate(caches):
             pages = torch.tensor(cache.table, dtype=torch.long, device=out.device)
-            out[row, : len(cache.table) * p] = (pages[:, None] * p + self._offsets).view(-1)
+            out[row, : len(cache.table) * p] = page_slots(pages, p)
         return out
 
     def __call__(self, caches, tokens: list[int]) -> Tensor:

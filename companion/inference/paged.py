@@ -60,13 +60,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from companion.cache import LayerCache
 from companion.inference.block_manager import BlockManager, PoolExhausted
 from companion.inference.kvquant import BITS, dequantize, quantize
-from companion.kernels.paged_reference import check_paged_attention_args, paged_attention_reference
+from companion.kernels.paged_reference import check_paged_attention_args, page_slots, paged_attention_reference
 
 __all__ = [
     "kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch",
-    "PoolExhausted", "model_namespace", "paged_attention_reference", "check_paged_attention_args", "PAGED_KERNELS",
+    "GatherGroup", "PoolExhausted", "model_namespace", "paged_attention_reference", "check_paged_attention_args", "PAGED_KERNELS",
     "paged_flex_mask_mod", "flex_logical_pages", "flex_block_mask",
 ]
 
@@ -77,9 +78,6 @@ def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
     """Per layer, the per-token shape of each cached tensor: MHA/GQA [(g, d_h), (g, d_h)] (K, V);
     MLA [(d_c,), (d_R,)] (latent, RoPE key). Works for ``Decoder`` and ``GPT``."""
     c = model.config
-    if hasattr(c, "n_layer"):  # GPT
-        d_h = c.n_embd // c.n_head
-        return [[(c.n_head, d_h), (c.n_head, d_h)] for _ in range(c.n_layer)]
     if c.attention == "mla":
         return [[(c.kv_rank,), (c.rope_dim,)] for _ in range(c.n_layers)]
     return [[(c.kv_heads, c.attn_head_dim)] * 2 for _ in range(c.n_layers)]
@@ -119,15 +117,6 @@ class PagePool:
                     layer_scales.append(torch.ones(n_pages, page_size, *shape[:-1], dtype=torch.float32, device=device))
             self.data.append(layer_data)
             self.scales.append(layer_scales)
-
-    def write(self, layer: int, i: int, pages: Tensor, slots: Tensor, rows: Tensor) -> None:
-        """rows (T, *token_shape) into (pages[t], slots[t])."""
-        if self.bits is None:
-            self.data[layer][i][pages, slots] = rows.to(self.dtype)
-        else:
-            q, s = quantize(rows, self.bits)
-            self.data[layer][i][pages, slots] = q
-            self.scales[layer][i][pages, slots] = s
 
     def write_slots(self, layer: int, i: int, flat_slots: Tensor, rows: Tensor) -> None:
         """rows (T, *token_shape) into flat slot indices page * p + slot: one index_copy_ per tensor."""
@@ -272,8 +261,8 @@ class PagedSequenceCache:
         return len(self.table) * self.owner.pool.nbytes()["total"] // self.owner.n_pages
 
 
-class PagedLayerView:
-    """``LayerCache`` over a block table: write new rows to (table[j // p], j % p), read back every
+class PagedLayerView(LayerCache):
+    """``LayerCache`` over a block table: write new rows to their slots (``page_slots``), read back every
     stored row by gathering the sequence's pages in table order (the PyTorch reference path)."""
 
     def __init__(self, seq: PagedSequenceCache, layer: int):
@@ -295,9 +284,9 @@ class PagedLayerView:
         seq.owner.manager.prepare_write(seq.table, start, end)  # no-op after the first layer of a forward
         pool, device = seq.owner.pool, positions.device
         table = torch.tensor(seq.table, dtype=torch.long)
-        pos = positions.detach().cpu().long()
+        slots = page_slots(table, p)[positions.detach().cpu().long()].to(pool.device)
         for i, r in enumerate(rows):
-            pool.write(self.layer_index, i, table[pos // p], pos % p, r[0].movedim(-2, 0))
+            pool.write_slots(self.layer_index, i, slots, r[0].movedim(-2, 0))
         out = tuple(
             pool.read(self.layer_index, i, table[: math.ceil(end / p)], end, r.dtype).movedim(0, -2).unsqueeze(0).to(r.device)
             for i, r in enumerate(rows)
@@ -307,7 +296,7 @@ class PagedLayerView:
         return torch.arange(end, device=device), out
 
 
-class _Group:
+class GatherGroup:
     """Sequences attended together as one padded batch (the "gather" path of ``PagedBatch``):
     B sequences, up to T new rows each, L keys each (positions 0..L-1, beyond a sequence's end masked).
 
@@ -389,11 +378,11 @@ class PagedBatch:
         self.seq_lens = torch.tensor(ends, dtype=torch.long)
         self.q_seq = torch.tensor([b for b, n in enumerate(new_lengths) for _ in range(n)], dtype=torch.long)
         self.q_pos = torch.tensor([j for s, e in zip(starts, ends) for j in range(s, e)], dtype=torch.long)
-        # flat slot of logical position j of sequence b, all j the tables cover: table[b, j // p] * p + j % p
-        self._all_slots = ((self.block_tables * p)[:, :, None] + torch.arange(p)).view(B, width * p).to(device)
+        # flat slot of logical position j of sequence b, all j the tables cover (B, width * p)
+        self._all_slots = page_slots(self.block_tables, p).to(device)
         self.write_slots = self._all_slots[self.q_seq.to(device), self.q_pos.to(device)]  # (N,)
         self.layers_done = 0
-        self._groups: list[_Group] | None = None
+        self._groups: list[GatherGroup] | None = None
         self._flex_masks: dict = {}
 
     # the packed layout (update path) ------------------------------------------------------------------
@@ -413,7 +402,7 @@ class PagedBatch:
         return (self.q_seq[:, None] == k_seg[None, :]).to(self.owner.pool.device)
 
     # the gather path --------------------------------------------------------------------------------
-    def groups(self) -> list[_Group]:
+    def groups(self) -> list[GatherGroup]:
         """The decoding sequences (one new row) as one padded batch, the prefilling ones as another."""
         if self._groups is None:
             self._groups = []
@@ -437,7 +426,7 @@ class PagedBatch:
                 slots = self._all_slots.index_select(0, index)[:, :L].reshape(-1)
                 in_order = T == 1 and B == len(lens)  # every row, one per sequence, in packed order
                 as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-                self._groups.append(_Group(
+                self._groups.append(GatherGroup(
                     None if in_order else as_tensor(rows), as_tensor(q_pos), slots,
                     None if in_order else as_tensor(real), None if in_order else as_tensor(dest), B, T, L,
                 ))
@@ -511,17 +500,6 @@ class PagedBatch:
     def layer(self, i: int) -> "PagedBatchLayerView":
         return PagedBatchLayerView(self, i)
 
-    @property
-    def all_slots(self) -> Tensor:
-        """(B, max_pages * p): the flat pool slot of every position the block tables cover."""
-        return self._all_slots
-
-    def advance(self) -> None:
-        """Every layer has written its new rows (a caller that wrote the pages itself, like the compiled
-        decode step of ``companion.engine.compiled``): the sequences advance by their new lengths."""
-        while self.layers_done < self.owner.n_layers:
-            self._written()
-
     def _written(self) -> None:
         self.layers_done += 1
         if self.layers_done == self.owner.n_layers:  # every layer has written: the sequences advance
@@ -529,7 +507,7 @@ class PagedBatch:
                 seq.length += n
 
 
-class PagedBatchLayerView:
+class PagedBatchLayerView(LayerCache):
     """Layer i of a ``PagedBatch``: the ``LayerCache`` protocol for packed rows (1, ..., N, d), plus
     ``attend``, which the attention layer prefers when the pool has an ``attention_kernel``."""
 

@@ -27,11 +27,12 @@ the dense reference, but its extra memory grows linearly in T rather than quadra
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from companion.attention import resolve_scale
 
 __all__ = [
     "SoftmaxState",
@@ -265,10 +266,7 @@ def _validate(q, k, v, causal, mask, window, block_q, block_k, scale):
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise ValueError(f"{name} must be an int >= 1; got {b!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
-    elif isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
+    scale = resolve_scale(scale, q.shape[-1])
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dim() < 2:
             raise ValueError("mask must be a tensor broadcastable to (..., heads, T, S)")
@@ -431,13 +429,16 @@ class FlashAttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, causal, window, block_q, block_k, scale):
         out, lse = _tiled_forward(q, k, v, causal, mask, window, block_q, block_k, scale)
         # Only these five tensors (plus the user's own mask, if one was passed) survive to the backward.
-        ctx.save_for_backward(q, k, v, out, lse, mask)
+        # save_for_backward takes tensors only: an absent mask is remembered as a flag, not as None.
+        ctx.has_mask = mask is not None
+        ctx.save_for_backward(q, k, v, out, lse, *((mask,) if ctx.has_mask else ()))
         ctx.config = (causal, window, block_q, block_k, scale)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse, mask = ctx.saved_tensors
+        q, k, v, out, lse, *rest = ctx.saved_tensors
+        mask = rest[0] if ctx.has_mask else None
         causal, window, block_q, block_k, scale = ctx.config
         if d_out is None:
             d_out = torch.zeros_like(out)

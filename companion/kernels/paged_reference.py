@@ -1,11 +1,13 @@
 """Paged attention in plain PyTorch, and the argument rules every paged kernel shares (chapter 12).
 
 A sequence's token j lives at slot ``table[j // p] * p + j % p`` of the flattened page pool
-(p tokens a page). ``paged_attention_reference`` gathers each sequence's keys and values through its
+(p tokens a page): ``page_slots`` is that formula, and every paged code path of the package calls it
+(the Triton kernel computes it inside its body, where it cannot call Python, and says so). ``paged_attention_reference`` gathers each sequence's keys and values through its
 block table and then attends; the Triton kernel (``companion.kernels.triton_paged``) reads the
 same pages without the gather and is checked against it.
 
 What this module provides
+- ``page_slots(tables, page_size)``: the flat pool slot of every position a block table covers.
 - ``paged_attention_reference(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, ...)``.
 - ``check_paged_attention_args``: the argument rules of both entry points; returns the scale.
 - ``ATTN_DTYPES``: the floating-point types paged attention accepts.
@@ -13,14 +15,28 @@ What this module provides
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
 
-__all__ = ["paged_attention_reference", "check_paged_attention_args", "ATTN_DTYPES"]
+from companion.attention import resolve_scale
+
+__all__ = ["page_slots", "paged_attention_reference", "check_paged_attention_args", "ATTN_DTYPES"]
 
 ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def page_slots(tables: Tensor, page_size: int) -> Tensor:
+    """The slot formula of a paged cache: logical position j of a sequence whose block table is
+    ``table`` sits at flat slot ``table[j // p] * p + j % p`` of the pool viewed as (n_pages * p, ...).
+
+    tables (..., n) integer page ids -> (..., n * p): entry j is the slot of position j, for every
+    position the n pages cover. Callers slice the positions they need (``[:length]``,
+    ``[positions]``). Tensor ops only (it runs inside the compiled decode step too)."""
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page_size must be an int >= 1; got {page_size!r}")
+    offsets = torch.arange(page_size, dtype=tables.dtype, device=tables.device)  # j % p
+    return (tables[..., :, None] * page_size + offsets).flatten(-2)  # table[j // p] * p + j % p
 
 
 def check_paged_attention_args(
@@ -58,10 +74,7 @@ def check_paged_attention_args(
             raise ValueError(f"{name} must be a 1-D integer tensor of length {n}; got {getattr(x, 'shape', x)!r}")
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
         raise ValueError(f"window must be None or an int >= 1; got {window!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
+    scale = resolve_scale(scale, d)
     if check_values and B:
         lens = seq_lens.detach().cpu().long()
         if (lens < 0).any() or (lens > block_tables.shape[1] * p).any():
@@ -98,9 +111,9 @@ def paged_attention_reference(
     lens = seq_lens.detach().cpu().long().tolist()
     tables = block_tables.detach().cpu().long()
     slots, key_pos, key_seq = [], [], []
-    for b, n in enumerate(lens):  # one flat slot index page * p + slot per stored token: the gather
+    for b, n in enumerate(lens):  # one flat slot index per stored token: the gather
         j = torch.arange(n)
-        slots.append(tables[b, j // p] * p + j % p)
+        slots.append(page_slots(tables[b], p)[:n])
         key_pos.append(j)
         key_seq.append(torch.full((n,), b))
     slots, key_pos, key_seq = (torch.cat(x).to(dev) for x in (slots, key_pos, key_seq))

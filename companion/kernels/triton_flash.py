@@ -31,12 +31,12 @@ every entry point raises an error that says what to install.
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 from torch import Tensor
 
+from companion.attention import resolve_scale
 from companion.kernels.flash import check_causal_window
 
 try:  # optional dependency: the rest of the package must import without it
@@ -53,7 +53,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs every dimension >= 16; the register tile needs a power of two
 DTYPES = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2 e)
-LN2 = 0.6931471805599453
 
 
 def triton_available() -> bool:
@@ -285,11 +284,7 @@ def _validate(q, k, v, causal, window, scale) -> float:
     if T < 1 or S < 1:
         raise ValueError(f"q and k need at least one row each; got T={T}, S={S}")
     check_causal_window(T, S, causal, window)
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number; got {scale!r}")
-    return float(scale)
+    return resolve_scale(scale, d)
 
 
 def _default_config(d: int, which: str) -> dict:

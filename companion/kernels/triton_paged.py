@@ -104,7 +104,8 @@ if triton is not None:
         for start in range(lo, hi, BLOCK_N):
             cols = start + offs_n  # logical key positions
             ok = cols < hi
-            # the block table: logical page cols // p -> physical page, slot cols % p
+            # the block table: logical page cols // p -> physical page, slot cols % p; this mirrors
+            # companion.kernels.paged_reference.page_slots (a kernel body cannot call Python)
             page = tl.load(table + cols // PAGE, mask=ok, other=0).to(tl.int64)
             slot = (cols % PAGE).to(tl.int64)
             k_row = page * sk_page + slot * sk_slot + kvh * sk_head

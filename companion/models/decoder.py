@@ -19,7 +19,7 @@ Presets (shapes, not weights, of the families they are named after):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -33,9 +33,9 @@ from companion.mla import MultiHeadLatentAttention
 from companion.moe import ROUTERS, MoE
 from companion.norms import NORMS, make_norm
 from companion.positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, compiling, embed_scale
-from companion.models.gpt import init_normal
+from companion.models.common import init_normal, register_family
 
-__all__ = ["DecoderConfig", "Decoder", "PRESETS", "from_preset", "POSITIONS", "ATTENTIONS"]
+__all__ = ["DecoderConfig", "Decoder", "PRESETS", "POSITIONS", "ATTENTIONS"]
 
 POSITIONS = ("rope", "alibi", "learned", "sinusoidal", "none")
 ATTENTIONS = ("mha", "mla")
@@ -132,6 +132,11 @@ class DecoderConfig:
 
     # derived quantities -------------------------------------------------------------------------
     @property
+    def context_length(self) -> int:
+        """The longest sequence the model is built for (the shared name of ``max_seq_len``)."""
+        return self.max_seq_len
+
+    @property
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
@@ -175,21 +180,6 @@ PRESETS: dict[str, dict] = {
         n_shared_experts=1, moe_d_ff=32, first_dense_layers=1, router="sigmoid", bias_balancing=True,
     ),
 }
-
-
-def from_preset(name: str, **overrides) -> "Decoder":
-    """Build a ``Decoder`` from a preset name, with any config field overridden."""
-    return Decoder(preset_config(name, **overrides))
-
-
-def preset_config(name: str, **overrides) -> DecoderConfig:
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
-    valid = {f.name for f in fields(DecoderConfig)}
-    unknown = set(overrides) - valid
-    if unknown:
-        raise ValueError(f"unknown DecoderConfig field(s) {sorted(unknown)}")
-    return DecoderConfig(**{**PRESETS[name], "name": name, **overrides})
 
 
 class Decoder(nn.Module):
@@ -261,14 +251,22 @@ class Decoder(nn.Module):
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
         checks = not compiling()  # torch.compile: no host reads of tensor values (the engine checked its inputs)
-        if checks and idx.numel() and (int(idx.max()) >= c.vocab_size or int(idx.min()) < 0):
-            raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{int(idx.min())}, {int(idx.max())}]")
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
-        if checks and T and int(positions.max()) >= c.max_seq_len:
-            raise ValueError(f"sequence longer than the configured context: position {int(positions.max())} >= max_seq_len={c.max_seq_len}")
+        if checks and T and B:
+            # one host read (one device sync on a GPU) for every value check of the forward; the layers
+            # read no values (``RotaryEmbedding.cos_sin``)
+            lo, hi = torch.aminmax(idx.detach().long())
+            p_lo, p_hi = torch.aminmax(positions.detach().long().to(idx.device))
+            lo, hi, p_lo, p_hi = torch.stack([lo, hi, p_lo, p_hi]).tolist()
+            if lo < 0 or hi >= c.vocab_size:
+                raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{lo}, {hi}]")
+            if p_lo < 0:
+                raise ValueError(f"positions must be >= 0; got {p_lo}")
+            if p_hi >= c.max_seq_len:
+                raise ValueError(f"sequence longer than the configured context: position {p_hi} >= max_seq_len={c.max_seq_len}")
         x = self.embed(idx)
         if c.scale_embeddings:
             x = x * embed_scale(c.d_model)
@@ -329,3 +327,6 @@ class Decoder(nn.Module):
             )
             lines.append(f"  layer {i}: {'local w=' + str(w) if w else 'global'}, {ffn}")
         return "\n".join(lines)
+
+
+register_family("decoder", PRESETS, DecoderConfig, Decoder)

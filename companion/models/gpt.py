@@ -10,7 +10,8 @@ p(x) = prod_t p(x_t | x_<t), computed for all t at once with a causal mask (teac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +21,7 @@ from companion.blocks import Block
 from companion.cache import ModelCache
 from companion.feedforward import MLP
 from companion.mha import MultiHeadAttention, check_heads
+from companion.models.common import from_family_preset, init_normal, register_family
 from companion.norms import LayerNorm
 from companion.positions import LearnedPositions
 
@@ -38,6 +40,7 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     backend: str = "auto"
     name: str = "custom"
+    attention: ClassVar[str] = "mha"  # as DecoderConfig.attention: GPT's heads are plain multi-head
 
     def __post_init__(self) -> None:
         for f in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -49,6 +52,33 @@ class GPTConfig:
             raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
         check_heads(self.n_embd, self.n_head, self.n_head, None)
 
+    # the names every config of the book answers to (companion.models), read-only
+    @property
+    def n_layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def d_model(self) -> int:
+        return self.n_embd
+
+    @property
+    def n_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def context_length(self) -> int:
+        """The longest sequence the model can read: its number of learned positions."""
+        return self.block_size
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (as DecoderConfig.kv_heads): GPT has one per query head."""
+        return self.n_head
+
+    @property
+    def attn_head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
 
 GPT_PRESETS: dict[str, dict] = {
     "gpt1": dict(vocab_size=40478, block_size=512, variant="gpt1"),
@@ -58,20 +88,8 @@ GPT_PRESETS: dict[str, dict] = {
 
 
 def gpt_from_preset(name: str, **overrides) -> "GPT":
-    if name not in GPT_PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(GPT_PRESETS)}")
-    unknown = set(overrides) - {f.name for f in fields(GPTConfig)}
-    if unknown:
-        raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
-    return GPT(GPTConfig(**{**GPT_PRESETS[name], "name": name, **overrides}))
-
-
-def init_normal(m: nn.Module, std: float = 0.02) -> None:
-    """GPT-2's initialisation, used by every decoder in the book: N(0, 0.02) weights, zero biases."""
-    if isinstance(m, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(m.weight, mean=0.0, std=std)
-        if getattr(m, "bias", None) is not None:
-            nn.init.zeros_(m.bias)
+    """``companion.models.from_preset`` limited to the GPT presets (``companion.training.cli`` calls it)."""
+    return from_family_preset("gpt", name, **overrides)
 
 
 class GPT(nn.Module):
@@ -136,3 +154,6 @@ class GPT(nn.Module):
             f"d={c.n_embd}, {'pre-LN + final LN' if c.variant == 'gpt2' else 'post-LN'}, learned positions, "
             f"GELU MLP 4d, tied embeddings, params={self.num_parameters():,})"
         )
+
+
+register_family("gpt", GPT_PRESETS, GPTConfig, GPT)

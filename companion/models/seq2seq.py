@@ -14,7 +14,7 @@ decoding can run one token at a time; cross-attention recomputes its keys from t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +24,7 @@ from companion.blocks import Block
 from companion.cache import ModelCache
 from companion.feedforward import MLP
 from companion.mha import MultiHeadAttention, check_heads
+from companion.models.common import from_family_preset, register_family
 from companion.positions import SinusoidalPositions, embed_scale
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "SEQ2SEQ_PRESETS", "seq2seq_from_preset"]
@@ -57,6 +58,11 @@ class Seq2SeqConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {self.backend!r}")
 
+    @property
+    def context_length(self) -> int:
+        """The longest source or target sequence (the shared name of ``max_len``)."""
+        return self.max_len
+
 
 SEQ2SEQ_PRESETS: dict[str, dict] = {
     "base": dict(),
@@ -65,12 +71,8 @@ SEQ2SEQ_PRESETS: dict[str, dict] = {
 
 
 def seq2seq_from_preset(name: str, **overrides) -> "Seq2SeqTransformer":
-    if name not in SEQ2SEQ_PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(SEQ2SEQ_PRESETS)}")
-    unknown = set(overrides) - {f.name for f in fields(Seq2SeqConfig)}
-    if unknown:
-        raise ValueError(f"unknown Seq2SeqConfig field(s) {sorted(unknown)}")
-    return Seq2SeqTransformer(Seq2SeqConfig(**{**SEQ2SEQ_PRESETS[name], "name": name, **overrides}))
+    """``companion.models.from_preset`` limited to the encoder-decoder presets (chapter 3 imports it)."""
+    return from_family_preset("seq2seq", name, **overrides)
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -166,3 +168,6 @@ class Seq2SeqTransformer(nn.Module):
             f"N_dec={c.n_decoder_layers}, vocab={c.src_vocab_size}/{c.tgt_vocab_size}, shared={c.share_embeddings}, "
             f"post-LN, sinusoidal positions, ReLU FFN, params={self.num_parameters():,})"
         )
+
+
+register_family("seq2seq", SEQ2SEQ_PRESETS, Seq2SeqConfig, Seq2SeqTransformer)

@@ -5,11 +5,13 @@ What this module provides
   (contractions, letters with one optional leading space, numbers, punctuation, whitespace).
 - ``bytes_to_unicode()``: GPT-2's table of 256 printable stand-ins for the 256 byte values (used only
   to compare with the ``tokenizers`` library and to print tokens; the algorithm works on bytes).
-- ``ByteBPE.train(texts, vocab_size, special_tokens, min_frequency, tie_break)``, ``encode``, ``decode``,
-  ``merges``, ``token_bytes``, ``save`` / ``ByteBPE.load`` (JSON).
+- ``ByteBPE.train(texts, vocab_size, special_tokens, min_frequency, tie_break)``, ``encode``,
+  ``encode_iterable``, ``decode``, ``merges``, ``token_bytes``, ``save`` / ``ByteBPE.load`` (JSON, through
+  ``companion.tokenizers.base.JsonTokenizer``).
 
 The algorithm (Sennrich et al. 2016, on bytes as in GPT-2):
-1. Cut the corpus into pre-tokens with ``GPT2_PATTERN`` and count each distinct one; write each as its
+1. Cut the corpus at the special tokens (which are dropped: no merge ever crosses or enters one), cut
+   the rest into pre-tokens with ``GPT2_PATTERN`` and count each distinct one; write each as its
    UTF-8 bytes, so the starting vocabulary is the 256 byte values (ids 0..255) and nothing is ever
    out of vocabulary.
 2. Count every adjacent pair of symbols, weighted by the word counts. Merge the most frequent pair
@@ -18,11 +20,14 @@ The algorithm (Sennrich et al. 2016, on bytes as in GPT-2):
 3. Encoding a pre-token repeats: find the adjacent pair with the lowest merge rank, merge it; stop when
    no adjacent pair is a merge. Special tokens (ids after the merges) are matched in the text first.
 
-Ties: when several pairs share the highest count, the pair with the smallest (left, right) in a
-chosen order wins. ``tie_break="id"`` orders symbols by their id here (bytes by value). The
-``tokenizers`` library orders the 256 base symbols by the code point of their GPT-2 stand-in
-(printable bytes first), so ``tie_break="hf"`` reproduces its merges exactly; with ``"id"`` the two
-differ only where counts tie (``tests/test_tokenizers.py`` pins both facts).
+Ties: when several pairs share the highest count, ``tie_break`` decides which is merged.
+- ``"id"`` (default): the smallest (left id, right id); bytes order by value, merged symbols by
+  creation.
+- ``"hf"``: the same with the 256 bytes ordered by the code point of their GPT-2 stand-in (printable
+  bytes first), the order of the ``tokenizers`` library, so it reproduces that library's merges.
+- ``"lex"``: the lexicographically greatest pair of byte strings, ``max((left bytes, right bytes))``,
+  the rule of common course reference implementations (e.g. Stanford CS336's).
+The three differ only where counts tie (``tests/test_tokenizers.py`` pins each against a reference).
 
 Step 2 keeps, for every pair, its count and the set of words containing it; a heap gives the most
 frequent pair, and entries whose count went stale are re-pushed when popped. Only words containing
@@ -32,14 +37,14 @@ the merged pair are touched, which is what makes training on Shakespeare take se
 from __future__ import annotations
 
 import heapq
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import regex
 
-__all__ = ["GPT2_PATTERN", "pretokenize", "bytes_to_unicode", "ByteBPE"]
+from companion.tokenizers.base import JsonTokenizer
+
+__all__ = ["GPT2_PATTERN", "TIE_BREAKS", "pretokenize", "bytes_to_unicode", "special_pattern", "split_special", "ByteBPE"]
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _PRETOKENIZER = regex.compile(GPT2_PATTERN)
@@ -74,10 +79,40 @@ def _hf_base_rank() -> list[int]:
     return rank
 
 
-class ByteBPE:
+TIE_BREAKS = ("id", "hf", "lex")
+
+
+class _Descending:
+    """Wraps a pair of byte strings so that a min-heap pops the lexicographically greatest first."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[bytes, bytes]):
+        self.key = key
+
+    def __lt__(self, other: _Descending) -> bool:
+        return self.key > other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.key == other.key
+
+
+def special_pattern(special_tokens: Iterable[str]) -> regex.Pattern | None:
+    """A regex capturing any of ``special_tokens``, longest first (so "<a><b>" beats "<a>"); None if none."""
+    ordered = sorted(special_tokens, key=len, reverse=True)
+    return regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
+
+
+def split_special(text: str, pattern: regex.Pattern | None) -> list[str]:
+    """``text`` cut at the special tokens: even positions hold ordinary text, odd ones a special token."""
+    return pattern.split(text) if pattern is not None else [text]
+
+
+class ByteBPE(JsonTokenizer):
     """A trained byte-level BPE: ids 0..255 are bytes, 256.. the merges in order, then the special tokens."""
 
     kind = "companion.ByteBPE"
+    _space_after = regex.compile(r"\S(?=\s)")  # the same notion of whitespace as GPT2_PATTERN
 
     def __init__(self, merges: Sequence[tuple[bytes, bytes]] = (), special_tokens: Sequence[str] = ()):
         if any(len(s) == 0 for s in special_tokens) or len(set(special_tokens)) != len(special_tokens):
@@ -95,8 +130,7 @@ class ByteBPE:
             self._id_of[merged] = len(self._vocab)
             self._vocab.append(merged)
         self.special_tokens = {token: len(self._vocab) + i for i, token in enumerate(special_tokens)}
-        ordered = sorted(self.special_tokens, key=len, reverse=True)
-        self._special_re = regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
+        self._special_re = special_pattern(self.special_tokens)
         self._cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ training
@@ -111,23 +145,34 @@ class ByteBPE:
     ) -> ByteBPE:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges (fewer if pairs run out) from ``texts``.
 
-        ``min_frequency``: stop when the best pair occurs fewer times. ``tie_break``: ``"id"`` or ``"hf"``
-        (see the module docstring). ``train_history`` on the result lists (pair, count) per merge.
+        ``texts`` are cut at ``special_tokens`` first: pairs are counted only inside the text between
+        them. ``min_frequency``: stop when the best pair occurs fewer times. ``tie_break``: ``"id"``,
+        ``"hf"`` or ``"lex"`` (see the module docstring). ``train_history`` on the result lists
+        (pair, count) per merge.
         """
-        if tie_break not in ("id", "hf"):
-            raise ValueError(f"tie_break must be 'id' or 'hf'; got {tie_break!r}")
+        if tie_break not in TIE_BREAKS:
+            raise ValueError(f"tie_break must be one of {TIE_BREAKS}; got {tie_break!r}")
         if vocab_size < 256 + len(special_tokens):
             raise ValueError(f"vocab_size must be >= 256 + len(special_tokens) = {256 + len(special_tokens)}; got {vocab_size}")
         texts = [texts] if isinstance(texts, str) else texts
+        specials = special_pattern(special_tokens)
         word_counts: Counter[bytes] = Counter()
         for text in texts:
-            word_counts.update(piece.encode("utf-8") for piece in pretokenize(text))
+            for part in split_special(text, specials)[::2]:  # drop the special tokens themselves
+                word_counts.update(piece.encode("utf-8") for piece in pretokenize(part))
         if not word_counts:
             raise ValueError("texts must not be empty (no pre-token to learn merges from)")
 
         words = [list(word) for word in word_counts]  # each word as a list of symbol ids
         counts = list(word_counts.values())
         rank = _hf_base_rank() if tie_break == "hf" else list(range(256))  # tie order of each symbol id
+        vocab = [bytes([b]) for b in range(256)]
+
+        def tie_key(pair: tuple[int, int]):
+            """Among equal counts the heap pops the smallest key."""
+            if tie_break == "lex":
+                return _Descending((vocab[pair[0]], vocab[pair[1]]))
+            return rank[pair[0]], rank[pair[1]]
 
         pair_count: Counter[tuple[int, int]] = Counter()
         where: dict[tuple[int, int], set[int]] = {}
@@ -135,25 +180,24 @@ class ByteBPE:
             for pair in zip(symbols, symbols[1:]):
                 pair_count[pair] += count
                 where.setdefault(pair, set()).add(w)
-        heap = [(-c, rank[a], rank[b], (a, b)) for (a, b), c in pair_count.items()]
+        heap = [(-c, tie_key(pair), pair) for pair, c in pair_count.items()]
         heapq.heapify(heap)
 
         merges: list[tuple[bytes, bytes]] = []
         history: list[tuple[tuple[bytes, bytes], int]] = []
-        vocab = [bytes([b]) for b in range(256)]
         n_merges = vocab_size - 256 - len(special_tokens)
         while len(merges) < n_merges and heap:
-            negative, _, _, pair = heapq.heappop(heap)
+            negative, _, pair = heapq.heappop(heap)
             current = pair_count.get(pair, 0)
             if -negative != current:  # stale entry: the count went down since it was pushed
                 if current > 0:
-                    heapq.heappush(heap, (-current, rank[pair[0]], rank[pair[1]], pair))
+                    heapq.heappush(heap, (-current, tie_key(pair), pair))
                 continue
             if current < max(min_frequency, 1):
                 break
             new_id = len(vocab)
             vocab.append(vocab[pair[0]] + vocab[pair[1]])
-            rank.append(new_id)  # merged symbols order by creation in both tie-break orders
+            rank.append(new_id)  # merged symbols order by creation in the "id" and "hf" orders
             merges.append((vocab[pair[0]], vocab[pair[1]]))
             history.append((merges[-1], current))
             changed: set[tuple[int, int]] = set()
@@ -170,7 +214,7 @@ class ByteBPE:
             del pair_count[pair]
             for new in changed:
                 if new != pair and pair_count[new] > 0:
-                    heapq.heappush(heap, (-pair_count[new], rank[new[0]], rank[new[1]], new))
+                    heapq.heappush(heap, (-pair_count[new], tie_key(new), new))
         tokenizer = cls(merges, special_tokens)
         tokenizer.train_history = history
         return tokenizer
@@ -213,9 +257,8 @@ class ByteBPE:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: special tokens first, then each pre-token through the merges."""
-        pieces = self._special_re.split(text) if self._special_re else [text]
         ids: list[int] = []
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(split_special(text, self._special_re)):
             if index % 2 == 1:
                 ids.append(self.special_tokens[piece])
             else:
@@ -229,19 +272,12 @@ class ByteBPE:
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
+        """The merges as hex byte strings and the special tokens (``save`` writes it as JSON)."""
         return {"kind": self.kind, "special_tokens": list(self.special_tokens),
                 "merges": [[a.hex(), b.hex()] for a, b in self.merges]}
 
-    def save(self, path: Path | str) -> None:
-        """Write the merges (hex bytes) and special tokens as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=0), encoding="utf-8")
-
     @classmethod
-    def load(cls, path: Path | str) -> ByteBPE:
-        """Read a tokenizer written by ``save``."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("kind") != cls.kind:
-            raise ValueError(f"{path} holds {data.get('kind')!r}, not a {cls.kind}")
+    def from_dict(cls, data: dict) -> ByteBPE:
         return cls([(bytes.fromhex(a), bytes.fromhex(b)) for a, b in data["merges"]], data["special_tokens"])
 
 

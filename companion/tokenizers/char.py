@@ -13,15 +13,15 @@ outside the vocabulary is an error, unless an ``unk`` special token was given, w
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+
+from companion.tokenizers.base import JsonTokenizer
 
 __all__ = ["CharTokenizer"]
 
 
-class CharTokenizer:
+class CharTokenizer(JsonTokenizer):
     """Characters <-> ids. Build with ``CharTokenizer.train(texts)`` or from an explicit character list."""
 
     kind = "companion.CharTokenizer"
@@ -89,17 +89,13 @@ class CharTokenizer:
             out.append(self._id_to_str[token])
         return "".join(out)
 
+    def _plain_cut(self, text: str) -> int:
+        """Every character is its own id, so ordinary text may be cut anywhere."""
+        return len(text)
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "chars": self.chars, "special_tokens": list(self.special_tokens), "unk": self.unk}
 
-    def save(self, path: Path | str) -> None:
-        """Write the tokenizer as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
-
     @classmethod
-    def load(cls, path: Path | str) -> CharTokenizer:
-        """Read a tokenizer written by ``save``."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("kind") != cls.kind:
-            raise ValueError(f"{path} holds {data.get('kind')!r}, not a {cls.kind}")
+    def from_dict(cls, data: dict) -> CharTokenizer:
         return cls(data["chars"], data["special_tokens"], data["unk"])

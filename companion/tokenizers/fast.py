@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
+import regex
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from companion.tokenizers.bpe import bytes_to_unicode
+from companion.tokenizers.base import JsonTokenizer
+from companion.tokenizers.bpe import bytes_to_unicode, special_pattern, split_special
 
 __all__ = ["FastByteBPE"]
 
@@ -41,10 +42,11 @@ def _new_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-class FastByteBPE:
+class FastByteBPE(JsonTokenizer):
     """Byte-level BPE backed by ``tokenizers``; same methods as ``ByteBPE``."""
 
     kind = "companion.FastByteBPE"
+    _space_after = regex.compile(r"\S(?=\s)")  # whitespace as the GPT-2 pattern of the pre-tokenizer sees it
 
     def __init__(self, backend: Tokenizer, special_tokens: Sequence[str] = ()):
         self.backend = backend
@@ -54,6 +56,7 @@ class FastByteBPE:
             if token_id is None:
                 raise ValueError(f"special_tokens must be in the backend's vocabulary; {token!r} is not")
             self.special_tokens[token] = token_id
+        self._special_re = special_pattern(self.special_tokens)  # what encode_iterable must not cut
 
     @classmethod
     def train(
@@ -63,7 +66,11 @@ class FastByteBPE:
         special_tokens: Sequence[str] = (),
         min_frequency: int = 2,
     ) -> FastByteBPE:
-        """Train with ``tokenizers.trainers.BpeTrainer`` on the full 256-byte alphabet."""
+        """Train with ``tokenizers.trainers.BpeTrainer`` on the full 256-byte alphabet.
+
+        The texts are cut at ``special_tokens`` before they reach the trainer (which would otherwise
+        count pairs across and inside them, learning merges such as ``(b'|', b'>')``).
+        """
         if vocab_size < 256 + len(special_tokens):
             raise ValueError(f"vocab_size must be >= 256 + len(special_tokens) = {256 + len(special_tokens)}; got {vocab_size}")
         texts = [texts] if isinstance(texts, str) else list(texts)
@@ -77,7 +84,9 @@ class FastByteBPE:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tokenizer.train_from_iterator(texts, trainer=trainer)
+        specials = special_pattern(special_tokens)
+        parts = (part for text in texts for part in split_special(text, specials)[::2] if part)
+        tokenizer.train_from_iterator(parts, trainer=trainer)
         return cls(tokenizer, special_tokens)
 
     @property
@@ -114,15 +123,10 @@ class FastByteBPE:
                 raise ValueError(f"ids must be in [0, {self.vocab_size}); got {t}")
         return self.backend.decode(ids, skip_special_tokens=False)
 
-    def save(self, path: Path | str) -> None:
-        """Write the library's own JSON plus our special-token list."""
-        data = {"kind": self.kind, "special_tokens": list(self.special_tokens), "tokenizer": json.loads(self.backend.to_str())}
-        Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    def to_dict(self) -> dict:
+        """The library's own JSON plus our special-token list (``save`` writes it)."""
+        return {"kind": self.kind, "special_tokens": list(self.special_tokens), "tokenizer": json.loads(self.backend.to_str())}
 
     @classmethod
-    def load(cls, path: Path | str) -> FastByteBPE:
-        """Read a tokenizer written by ``save``."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("kind") != cls.kind:
-            raise ValueError(f"{path} holds {data.get('kind')!r}, not a {cls.kind}")
+    def from_dict(cls, data: dict) -> FastByteBPE:
         return cls(Tokenizer.from_str(json.dumps(data["tokenizer"])), data["special_tokens"])

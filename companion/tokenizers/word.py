@@ -16,11 +16,11 @@ Decoding is not the inverse of encoding: case and original spacing are gone.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+
+from companion.tokenizers.base import JsonTokenizer
 
 __all__ = ["WordTokenizer", "split_words", "DEFAULT_SPECIALS"]
 
@@ -33,7 +33,7 @@ def split_words(text: str, lowercase: bool = True) -> list[str]:
     return _WORD.findall(text.lower() if lowercase else text)
 
 
-class WordTokenizer:
+class WordTokenizer(JsonTokenizer):
     """Words <-> ids. Ids: special tokens first, then words by decreasing training frequency."""
 
     kind = "companion.WordTokenizer"
@@ -114,12 +114,6 @@ class WordTokenizer:
         return {"kind": self.kind, "words": self.words, "special_tokens": list(self.special_tokens),
                 "unk": self.unk, "lowercase": self.lowercase}
 
-    def save(self, path: Path | str) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
-
     @classmethod
-    def load(cls, path: Path | str) -> WordTokenizer:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("kind") != cls.kind:
-            raise ValueError(f"{path} holds {data.get('kind')!r}, not a {cls.kind}")
+    def from_dict(cls, data: dict) -> WordTokenizer:
         return cls(data["words"], data["special_tokens"], data["unk"], data["lowercase"])
