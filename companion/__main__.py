@@ -22,21 +22,21 @@ import torch
 
 def _load_model(args):
     """(model, tokenizer or None): from a checkpoint (``companion.training.checkpoint``) or a preset's random weights."""
-    from companion.models import from_preset, gpt_from_preset
+    from companion.models import from_preset
 
     if args.checkpoint:
         from companion.training.checkpoint import load_model, load_tokenizer
 
         return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
     torch.manual_seed(args.seed if args.seed is not None else 0)
-    if args.preset.startswith("gpt"):
-        return gpt_from_preset(args.preset).eval(), None
-    return from_preset(args.preset).eval(), None
+    return from_preset(args.preset).eval(), None  # any family: the name says which
 
 
 def cmd_generate(args) -> int:
     from companion.inference.generate import SamplingParams, generate
 
+    if args.kv_bits is not None and args.cache != "paged":
+        raise ValueError(f"--kv-bits quantises the pages of --cache paged; got --cache {args.cache}")
     model, tokenizer = _load_model(args)
     if args.ids:
         prompt = [int(t) for t in args.ids.split()]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from companion.__main__ import main
 
@@ -83,8 +84,12 @@ def test_train_seq2seq_on_synthetic_pairs_and_resume(tmp_path, capsys):
             "--no-progress", "--lr", "3e-3", "--eval-every", "0", "--checkpoint-every", "5"]
     code, stdout, _ = run_main([*args, "--steps", "10"], capsys)
     assert code == 0 and json.loads(stdout)["steps"] == 10
-    code, stdout, _ = run_main([*args, "--steps", "15", "--resume", str(out)], capsys)
+    with pytest.raises(SystemExit):  # a longer budget changes the cosine schedule: refused without --override
+        main([*args, "--steps", "15", "--resume", str(out)])
+    assert "steps (the cosine schedule's total): checkpoint 10, now 15" in capsys.readouterr().err
+    code, stdout, stderr = run_main([*args, "--steps", "15", "--resume", str(out), "--override"], capsys)
     assert code == 0 and json.loads(stdout)["steps"] == 15
+    assert "resume: --override applies steps (the cosine schedule's total): checkpoint 10, now 15" in stderr
     code, stdout, _ = run_main(["sample", "--checkpoint", str(out), "--prompt", "5 6 7", "--beam-size", "2",
                                 "--max-new-tokens", "8"], capsys)
     assert code == 0 and all(t.isdigit() for t in stdout.split())
@@ -127,3 +132,52 @@ def test_bad_inputs_exit_with_a_clear_message_and_leave_files_alone(tmp_path, ca
     fails(["train", "--preset", "gpt2-tiny", "--data", str(short), "--context", "8", "--steps", "4", "--out", str(run),
            "--resume", str(run), "--no-progress"], "model.safetensors is corrupted")
     assert tree_digest(run) == before
+
+
+def test_checks_come_before_work_with_one_line_errors(tmp_path, capsys):
+    def fails(argv, pattern, code=2):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == code
+        err = capsys.readouterr().err
+        assert pattern in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    train = ["train", "--preset", "gpt2-tiny", "--data", str(corpus), "--context", "8", "--steps", "2", "--no-progress"]
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 ol\u00e9".encode("latin-1"))
+    fails([*train[:4], str(latin1), *train[5:]], f"--data {latin1} is not UTF-8 text: byte 3 (0xe9) cannot be decoded")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"ab\x00cd" * 10)
+    fails([*train[:4], str(binary), *train[5:]], f"--data {binary}: the file is binary (it contains NUL bytes)")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    fails([*train, "--out", str(a_file)], f"out_dir {a_file} is a file, not a directory")
+    fails([*train, "--out", str(a_file / "run")], f"out_dir {a_file / 'run'} is not writable: Not a directory")
+    fails([*train, "--device", "bogus"], "error: device must be cpu, cuda, cuda:N or mps; got 'bogus'")
+    if not torch.cuda.is_available():
+        fails([*train, "--device", "cuda"], "error: device 'cuda' asked for, but CUDA is not available here")
+    fails([*train, "--set", "n_embd=abc"], 'error: --set n_embd="abc": n_embd takes int; got \'abc\'')
+    fails([*train, "--set", "d_model=64"], "error: --set d_model=...: GPTConfig has no field 'd_model'")
+    fails([*train, "--lr", "inf"], "error: lr must be > 0 and finite; got inf")
+    fails([*train, "--override"], "error: --override only applies with --resume")
+    fails(["generate", "--kv-bits", "8", "--cache", "contiguous"], "error: --kv-bits quantises the pages of --cache paged; got --cache contiguous")
+
+    run = tmp_path / "run"
+    assert main([*train, "--out", str(run)]) == 0
+    capsys.readouterr()
+    fails(["sample", "--checkpoint", str(run), "--prompt", "the", "--max-new-tokens", "-5"], "error: --max-new-tokens must be >= 0; got -5")
+    code, stdout, stderr = run_main(["sample", "--checkpoint", str(run), "--prompt", "the quick brown", "--max-new-tokens", "2"], capsys)
+    assert code == 0 and stdout.startswith("the quick brown")
+    assert stderr == "note: the prompt has 15 tokens, more than the model's context of 8; the model sees only its last 8 tokens\n"
+
+
+def test_a_diverging_run_exits_non_zero_with_a_clear_message(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    code, stdout, stderr = run_main(["train", "--preset", "gpt2-tiny", "--data", str(corpus), "--context", "8", "--steps", "20",
+                                     "--lr", "1e30", "--no-progress", "--log-every", "5", "--out", str(tmp_path / "run")], capsys)
+    assert code == 1 and stdout == ""
+    assert stderr.startswith("error: training stopped: the ") and "no checkpoint of the" in stderr
+    assert not list((tmp_path / "run").glob("step-*"))  # nothing diverged was saved

@@ -55,9 +55,17 @@ def test_prefix_sharing_saves_compute_and_matches():
     shared = Engine(model, page_size=4, n_pages=40, max_batch_tokens=64)
     outs = shared.generate(prompts[:1], params)  # registers the system prompt's pages
     outs += shared.generate(prompts[1:], params)
-    plain = Engine(model, page_size=4, n_pages=40, max_batch_tokens=64, prefix_sharing=False).generate(prompts, params)
-    assert [o.tokens for o in outs] == [o.tokens for o in plain]
+    plain = Engine(model, page_size=4, n_pages=40, max_batch_tokens=64, prefix_sharing=False)
+    assert [o.tokens for o in outs] == [o.tokens for o in plain.generate(prompts, params)]
     assert shared.kv.n_free == 40
+    # The saving, counted by the engines: without sharing every prompt token goes through the model;
+    # with it, the later requests map the system prompt's 16 // 4 = 4 full pages and feed only their
+    # own 2 tokens. Decoding is the same work in both (max_new_tokens - 1 fed tokens per request).
+    assert plain.stats["prefill_tokens_fed"] == sum(map(len, prompts))
+    assert shared.stats["prefill_tokens_fed"] == len(prompts[0]) + sum(len(p) - len(system) for p in prompts[1:])
+    decode = len(prompts) * (params.max_new_tokens - 1)
+    assert plain.stats["tokens_fed"] - plain.stats["prefill_tokens_fed"] == decode
+    assert shared.stats["tokens_fed"] - shared.stats["prefill_tokens_fed"] == decode
 
 
 def test_contiguous_engine_and_seeded_sampling():
@@ -79,6 +87,10 @@ def test_contiguous_engine_and_seeded_sampling():
         ([1, 2], dict(temperature=-1.0), "temperature must be >= 0"),
         ([1, 2], dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
         ([1, 2], dict(top_k=0), "top_k must be >= 1"),
+        ([1, 2], dict(temperature=float("nan")), "temperature must be >= 0 .* and finite; got nan"),
+        ([1, 2], dict(top_k=2.5), "top_k must be >= 1 .*; got 2.5"),
+        ([1, 2], dict(max_new_tokens=2.5), "max_new_tokens must be >= 0 and an integer; got 2.5"),
+        ([1, 2], dict(stop_tokens=5), "stop_tokens must be a sequence of token ids"),
         ([1] * 30, dict(max_new_tokens=10), "n_pages=4 is too small"),
     ],
 )

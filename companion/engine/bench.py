@@ -21,10 +21,13 @@ def serve_benchmark(
 ) -> dict:
     """Greedy generation of ``n_requests`` random prompts; returns timings, tokens/s and whether the
     engine's outputs equal the sequential ones."""
-    if n_requests < 1:
-        raise ValueError(f"n_requests must be >= 1; got {n_requests}")
-    if new_tokens < 1:
-        raise ValueError(f"new_tokens must be >= 1; got {new_tokens}")
+    for name, value in (("n_requests", n_requests), ("new_tokens", new_tokens), ("page_size", page_size),
+                        ("max_batch_tokens", max_batch_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be >= 1 and an integer; got {value!r}")
+    lo, hi = prompt_range
+    if isinstance(lo, bool) or isinstance(hi, bool) or not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ValueError(f"prompt_range must be two integers 1 <= lo <= hi; got {prompt_range!r}")
     model.eval()
     rng = random.Random(seed)
     vocab = model.config.vocab_size

@@ -6,15 +6,24 @@ engine appends tokens, registers newly full pages for prefix sharing, and retire
 hit a stop token, max_new_tokens or the model's context (their pages return to the pool at once,
 so waiting requests are admitted the very next step). Per request it records time to first token
 (TTFT = first token time - arrival) and decode speed (generated tokens / (finish - arrival)).
+
+Failure isolation: a step is a transaction. If the forward, the sampling or the page bookkeeping of
+a step raises, every request fed in that step finishes with ``finish_reason="error"`` (the
+exception's type and message in ``RequestOutput.error``), its pages return to the pool, and the
+engine goes on serving everyone else; a bad request can never leave pages held or make later
+``generate()`` calls fail. Requests are validated when they arrive (``SamplingParams.validate``,
+``check_prompts``): wrong types, non-integers and out-of-range values raise ValueError naming the
+argument, before anything is queued.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Sequence as Seq
 
-from torch import nn
+from torch import Tensor, nn
 
 from companion.inference.generate import SamplingParams, check_prompts, context_length
 from companion.inference.paged import PagedKVCache
@@ -37,6 +46,7 @@ class RequestOutput:
     tokens_per_s: float
     preemptions: int
     text: str | None = None
+    error: str | None = None  # finish_reason "error": the exception that failed the request's step
 
 
 class Engine:
@@ -69,12 +79,13 @@ class Engine:
     ):
         if cache not in CACHES:
             raise ValueError(f"cache must be one of {CACHES}; got {cache!r}")
-        if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be >= 1; got {max_batch_tokens}")
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1; got {page_size}")
-        if max_seqs < 1:
-            raise ValueError(f"max_seqs must be >= 1; got {max_seqs}")
+        _need_int("max_batch_tokens", max_batch_tokens)
+        _need_int("page_size", page_size)
+        _need_int("max_seqs", max_seqs)
+        if n_pages is not None:
+            _need_int("n_pages", n_pages)
+        if kv_bits not in (None, 8, 4):
+            raise ValueError(f"kv_bits must be None, 8 or 4; got {kv_bits!r}")
         if not isinstance(compile, bool):
             raise ValueError(f"compile must be True or False; got {compile!r}")
         if compile and cache != "paged":
@@ -84,9 +95,7 @@ class Engine:
         self.page_size = page_size
         self.kv: PagedKVCache | None = None
         if cache == "paged":
-            n_pages = max_seqs * -(-self.context // page_size) if n_pages is None else n_pages
-            if n_pages < 1:
-                raise ValueError(f"n_pages must be >= 1; got {n_pages}")
+            n_pages = max_seqs * -(-self.context // page_size) if n_pages is None else int(n_pages)
             dtype = next(model.parameters()).dtype
             device = next(model.parameters()).device
             self.kv = PagedKVCache(
@@ -121,12 +130,16 @@ class Engine:
         return seq.id
 
     def _check_request(self, prompt, params: SamplingParams) -> list[int]:
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling_params must be SamplingParams; got {type(params).__name__}")
         params.validate()
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("prompt is a string but the engine has no tokenizer; pass token ids or a tokenizer")
             prompt = self.tokenizer.encode(prompt)
-        (prompt,) = check_prompts(self.model, [list(prompt)])
+        if isinstance(prompt, Tensor) and prompt.dim() != 1:
+            raise ValueError(f"a tensor prompt must be 1-D (T,) token ids; got shape {tuple(prompt.shape)}")
+        (prompt,) = check_prompts(self.model, [prompt])  # integers only: 2.0 or a float tensor is refused
         if self.kv is not None:
             longest = min(len(prompt) + params.max_new_tokens, self.context)
             need = -(-longest // self.page_size)
@@ -139,7 +152,8 @@ class Engine:
 
     # the loop ---------------------------------------------------------------------------------------
     def step(self) -> list[tuple[int, int]]:
-        """One scheduling step; returns the (request id, new token) pairs it produced."""
+        """One scheduling step; returns the (request id, new token) pairs it produced. If the step
+        raises, its requests finish with reason "error", their pages are freed and no pair is returned."""
         batch = self.scheduler.schedule()
         if not batch:
             if self.scheduler.has_work():
@@ -149,12 +163,16 @@ class Engine:
         self.stats["tokens_fed"] += fed
         if fed != len(batch):  # some sequence is prefilling
             self.stats["prefill_tokens_fed"] += sum(n for seq, n in batch if not seq.output)
-        new = self.runner.run(batch)
         self.steps += 1
-        if self.kv is not None:
-            self.stats["peak_pages"] = max(self.stats["peak_pages"], self.kv.n_pages - self.kv.n_free)
-            for seq, _ in batch:
-                seq.cache.commit(seq.tokens)  # name newly full pages for prefix sharing
+        try:
+            new = self.runner.run(batch)
+            if self.kv is not None:
+                self.stats["peak_pages"] = max(self.stats["peak_pages"], self.kv.n_pages - self.kv.n_free)
+                for seq, _ in batch:
+                    seq.cache.commit(seq.tokens)  # name newly full pages for prefix sharing
+        except Exception as error:  # noqa: BLE001 - a failed step must not poison the engine
+            self._fail(batch, error)
+            return []
         events = []
         for seq, tok in new:
             seq.append(tok)
@@ -169,6 +187,15 @@ class Engine:
                 self._finish(seq, "context")
         return events
 
+    def _fail(self, batch: list[tuple[Sequence, int]], error: Exception) -> None:
+        """Roll back a step that raised: its sequences finish with reason "error" and their pages
+        (including the ones reserved for this step) go back to the pool; the rest keep running."""
+        message = f"{type(error).__name__}: {error}"
+        for seq, _ in batch:
+            if seq.status is Status.RUNNING:
+                seq.error = message
+                self._finish(seq, "error")
+
     def _finish(self, seq: Sequence, reason: str, running: bool = True) -> None:
         if running:
             self.scheduler.finish(seq)
@@ -177,8 +204,14 @@ class Engine:
     def generate(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None, arrivals: Seq[int] | None = None) -> list[RequestOutput]:
         """Serve every prompt to completion; request i is added before step ``arrivals[i]`` (default 0).
         ``sampling_params``: one for all, or one per prompt. Returns outputs in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        if isinstance(prompts, Tensor):
+            if prompts.dim() not in (1, 2):
+                raise ValueError(f"a prompts tensor must be (T,) or (B, T); got shape {tuple(prompts.shape)}")
+            prompts = [prompts] if prompts.dim() == 1 else list(prompts)
+        elif isinstance(prompts, str) or (
+            prompts and isinstance(prompts[0], numbers.Number) and not isinstance(prompts[0], bool)
+        ):
+            prompts = [prompts]  # one prompt of ids (a float among them is refused by check_prompts)
         prompts = list(prompts)
         if not prompts:
             raise ValueError("prompts must hold at least one prompt; got none")
@@ -187,7 +220,7 @@ class Engine:
         if len(sampling_params) != len(prompts):
             raise ValueError(f"sampling_params needs one entry per prompt ({len(prompts)}); got {len(sampling_params)}")
         arrivals = [0] * len(prompts) if arrivals is None else list(arrivals)
-        if len(arrivals) != len(prompts) or any(a < 0 for a in arrivals):
+        if len(arrivals) != len(prompts) or not all(_is_int(a) and a >= 0 for a in arrivals):
             raise ValueError(f"arrivals needs one step index >= 0 per prompt ({len(prompts)}); got {arrivals}")
         for p, sp in zip(prompts, sampling_params):  # validate everything before queueing anything
             self._check_request(p, sp)
@@ -208,4 +241,16 @@ class Engine:
         ttft = (seq.first_token_time - seq.arrival) if seq.first_token_time is not None else float("nan")
         rate = len(seq.output) / (done - seq.arrival) if done > seq.arrival else float("nan")
         text = self.tokenizer.decode(seq.output) if self.tokenizer is not None else None
-        return RequestOutput(seq.id, seq.prompt, list(seq.output), seq.finish_reason, ttft, rate, seq.preemptions, text)
+        return RequestOutput(
+            seq.id, seq.prompt, list(seq.output), seq.finish_reason, ttft, rate, seq.preemptions, text, seq.error
+        )
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _need_int(name: str, value) -> None:
+    """Sizes are whole numbers: 10.5 pages is refused, never rounded."""
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be >= 1 and an integer; got {value!r}")

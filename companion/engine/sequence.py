@@ -1,6 +1,7 @@
 """One request inside the engine: its tokens, where it is in its life, its cache and its timings.
 
-Life: WAITING -> RUNNING -> FINISHED, with RUNNING -> WAITING on preemption (the cache is dropped and
+Life: WAITING -> RUNNING -> FINISHED (reason "stop", "length", "context", or "error" when its step
+raised), with RUNNING -> WAITING on preemption (the cache is dropped and
 the tokens so far, prompt + generated, are recomputed on readmission). Invariant while RUNNING:
 the cache holds the state of ``tokens[:cache.length]``; ``pending = len(tokens) - cache.length >= 1``
 tokens still have to be fed; when a step feeds the last of them, its logits give the next token.
@@ -38,6 +39,7 @@ class Sequence:
     finish_time: float | None = None
     finish_reason: str = ""
     preemptions: int = 0
+    error: str | None = None  # why the request failed (finish_reason "error")
     tokens: list[int] = field(init=False)  # prompt + output, kept in step by ``append``
 
     def __post_init__(self) -> None:

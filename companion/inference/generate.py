@@ -25,6 +25,8 @@ What this module provides
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -42,11 +44,25 @@ __all__ = [
 CACHE_MODES = ("none", "contiguous", "paged")
 
 
+def _is_int(x) -> bool:
+    """A Python or NumPy integer (bool excluded: True is not a token count)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 @dataclass
 class SamplingParams:
     """How to pick each new token. temperature 0 = greedy; top_k None = no top-k; top_p 1 = no nucleus.
     seed: an int seeds one ``torch.Generator`` per sequence (so a sequence samples the same tokens
-    alone or in any batch); a ``torch.Generator`` is used as given (shared by a batch)."""
+    alone or in any batch); a ``torch.Generator`` is used as given (shared by a batch).
+
+    Every field is checked at construction (and again by ``validate``, which the engine and
+    ``generate`` call): counts and ids must be integers (2.5 is refused, never rounded), real numbers
+    finite, each within its range; a bad field raises ValueError naming it. ``stop_tokens`` is a
+    sequence of ids (a single int is refused: write ``(5,)``)."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
@@ -56,18 +72,27 @@ class SamplingParams:
     seed: int | torch.Generator | None = None
 
     def __post_init__(self) -> None:
-        self.stop_tokens = tuple(self.stop_tokens)
         self.validate()
 
     def validate(self) -> None:
-        if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0; got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy); got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1 or None; got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0 and an integer; got {self.max_new_tokens!r}")
+        self.max_new_tokens = int(self.max_new_tokens)
+        if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy) and finite; got {self.temperature!r}")
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
+            raise ValueError(f"top_k must be >= 1 (an integer) or None; got {self.top_k!r}")
+        self.top_k = None if self.top_k is None else int(self.top_k)
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:  # NaN fails both comparisons
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        stops = self.stop_tokens
+        if isinstance(stops, (str, bytes, Tensor)) or not isinstance(stops, (tuple, list, set, frozenset, range)):
+            raise ValueError(f"stop_tokens must be a sequence of token ids, e.g. (5,); got {stops!r}")
+        if not all(_is_int(t) and t >= 0 for t in stops):
+            raise ValueError(f"stop_tokens must hold integer token ids >= 0; got {tuple(stops)!r}")
+        self.stop_tokens = tuple(int(t) for t in stops)
+        if not (self.seed is None or isinstance(self.seed, torch.Generator) or _is_int(self.seed)):
+            raise ValueError(f"seed must be an integer, a torch.Generator or None; got {self.seed!r}")
 
     def generator(self) -> torch.Generator | None:
         if isinstance(self.seed, torch.Generator):
@@ -116,23 +141,41 @@ def sample_rows(logits: Tensor, params: Sequence[SamplingParams], generators: Se
 
 
 def context_length(model: nn.Module) -> int:
-    c = model.config
-    return c.block_size if hasattr(c, "block_size") else c.max_seq_len
+    """The longest sequence ``model`` reads (``config.context_length``, every config's name for it)."""
+    return model.config.context_length
 
 
 def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
-    """Prompts as lists of ints: one list, a list of lists, or a (B, T) tensor. Empty, too long or
-    out-of-vocabulary prompts raise ValueError naming ``prompts``."""
+    """Prompts as lists of ints: one list, a list of lists, or an integer tensor (T,) or (B, T).
+    Token ids must be integers (Python, NumPy or integer-dtype tensors): 2.0 or a float tensor is
+    refused, never rounded. Empty, too long, non-integer or out-of-vocabulary prompts raise
+    ValueError naming ``prompts``."""
     if isinstance(prompts, Tensor):
+        if prompts.dtype.is_floating_point or prompts.dtype.is_complex or prompts.dtype == torch.bool:
+            raise ValueError(f"prompts must hold integer token ids; got a tensor of dtype {prompts.dtype}")
+        if prompts.dim() not in (1, 2):
+            raise ValueError(f"a prompts tensor must be (T,) or (B, T); got shape {tuple(prompts.shape)}")
         prompts = prompts.tolist() if prompts.dim() == 2 else [prompts.tolist()]
+    if isinstance(prompts, (str, bytes)):
+        raise ValueError("prompts must be token ids (a list of ints, a list of lists or a tensor); got a string")
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt; got none")
-    if all(isinstance(t, int) for t in prompts):
+    if all(_is_int(t) for t in prompts):
         prompts = [prompts]
     ctx, vocab = context_length(model), model.config.vocab_size
     out = []
     for i, p in enumerate(prompts):
+        if isinstance(p, Tensor):
+            if p.dtype.is_floating_point or p.dtype.is_complex or p.dtype == torch.bool or p.dim() != 1:
+                raise ValueError(f"prompts[{i}] must be a 1-D tensor of integer token ids; got dtype {p.dtype}, shape {tuple(p.shape)}")
+            p = p.tolist()
+        if isinstance(p, (str, bytes)) or not hasattr(p, "__iter__"):
+            raise ValueError(f"prompts[{i}] must be a list of token ids; got {type(p).__name__}")
+        p = list(p)
+        bad = next((t for t in p if not _is_int(t)), None)
+        if bad is not None:
+            raise ValueError(f"prompts[{i}] holds {bad!r}, which is not an integer token id")
         p = [int(t) for t in p]
         if not p:
             raise ValueError(f"prompts[{i}] is empty: a prompt needs at least one token")
@@ -173,7 +216,7 @@ def _padded_forward(model: nn.Module, seqs: Sequence[Sequence[int]]) -> Tensor:
 class GenerationResult:
     tokens: list[list[int]]  # generated ids per prompt (a stop token, when hit, is included)
     finish_reasons: list[str]  # "stop", "length" (max_new_tokens) or "context" (model context full)
-    logits: list[Tensor] | None = None  # per prompt (n_generated, V) raw logits, when asked for
+    logits: list[Tensor] | None = None  # per prompt (n_generated, V) raw logits, only with keep_logits=True
     kv_bytes: int = 0  # KV storage held at the end of prefill+decode (contiguous/paged)
     extra: dict = field(default_factory=dict)
 
@@ -186,21 +229,26 @@ def stream(
     cache: str = "contiguous",
     page_size: int = 16,
     kv_bits: int | None = None,
+    keep_logits: bool = False,
     _result: GenerationResult | None = None,
 ) -> Iterator[list[tuple[int, int]]]:
     """An iterator that yields, at every step, the (prompt index, new token) pairs of that step.
-    Arguments are checked here, before the first step (ValueError naming the argument)."""
+    Arguments are checked here, before the first step (ValueError naming the argument).
+    ``keep_logits``: copy every step's logits to the host for ``GenerationResult.logits`` (a device
+    sync and a (B, V) copy per step, so off unless asked for)."""
     params = params or SamplingParams()
     params.validate()
     if cache not in CACHE_MODES:
         raise ValueError(f"cache must be one of {CACHE_MODES}; got {cache!r}")
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1; got {page_size}")
+    if not isinstance(keep_logits, bool):
+        raise ValueError(f"keep_logits must be True or False; got {keep_logits!r}")
     prompts = check_prompts(model, prompts)
-    return _steps(model, prompts, params, cache, page_size, kv_bits, _result)
+    return _steps(model, prompts, params, cache, page_size, kv_bits, keep_logits, _result)
 
 
-def _steps(model, prompts, params, cache, page_size, kv_bits, _result) -> Iterator[list[tuple[int, int]]]:
+def _steps(model, prompts, params, cache, page_size, kv_bits, keep_logits, _result) -> Iterator[list[tuple[int, int]]]:
     B, ctx = len(prompts), context_length(model)
     seqs = [list(p) for p in prompts]
     outs: list[list[int]] = [[] for _ in range(B)]
@@ -234,7 +282,8 @@ def _steps(model, prompts, params, cache, page_size, kv_bits, _result) -> Iterat
                     outs[i].append(tok)
                     seqs[i].append(tok)
                     pending[i] = [tok]
-                    logit_rows[i].append(logits[row].float().cpu())
+                    if keep_logits:
+                        logit_rows[i].append(logits[row].float().cpu())
                     events.append((i, tok))
                     if tok in params.stop_tokens:
                         reasons[i] = "stop"
@@ -251,7 +300,8 @@ def _steps(model, prompts, params, cache, page_size, kv_bits, _result) -> Iterat
                 c.free()
         if _result is not None:
             _result.tokens, _result.finish_reasons = outs, reasons
-            _result.logits = [torch.stack(r) if r else torch.zeros(0, model.config.vocab_size) for r in logit_rows]
+            if keep_logits:
+                _result.logits = [torch.stack(r) if r else torch.zeros(0, model.config.vocab_size) for r in logit_rows]
             if pool is not None:
                 _result.extra["free_pages_after"] = pool.n_free
                 _result.extra["n_pages"] = pool.n_pages
@@ -272,6 +322,7 @@ def generate(
     page_size: int = 16,
     kv_bits: int | None = None,
     stream_tokens: bool = False,
+    keep_logits: bool = False,
     **sampling,
 ) -> GenerationResult | Iterator[list[tuple[int, int]]]:
     """Generate continuations of ``prompts`` (one list of ids, a list of them, or a (B, T) tensor).
@@ -279,14 +330,17 @@ def generate(
     Sampling settings come as ``params`` or as keywords (max_new_tokens, temperature, top_k, top_p,
     stop_tokens, seed). ``cache`` in ``CACHE_MODES``; ``page_size`` and ``kv_bits`` (None, 8, 4) apply
     to "paged". ``stream_tokens=True`` returns the step iterator of ``stream`` instead.
+    ``keep_logits=True`` also returns each step's raw logits (``GenerationResult.logits``, on the CPU);
+    by default they are not copied and ``logits`` is None.
     """
     if params is None:
         params = SamplingParams(**sampling)
     elif sampling:
         raise ValueError(f"pass sampling settings either as params or as keywords, not both; got {sorted(sampling)}")
     if stream_tokens:
-        return stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits)
+        return stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits, keep_logits=keep_logits)
     result = GenerationResult([], [])
-    for _ in stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits, _result=result):
+    for _ in stream(model, prompts, params, cache=cache, page_size=page_size, kv_bits=kv_bits, keep_logits=keep_logits,
+                    _result=result):
         pass
     return result

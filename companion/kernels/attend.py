@@ -135,6 +135,8 @@ def attend(
     e.g. ``companion.attention.padding_mask``. A query row that may read nothing returns zeros.
     ``bias`` is an additive score term broadcastable to (B, h, T, S) (ALiBi); ``sinks`` (h,) are
     per-head sink logits in the softmax denominator (see ``_attend_with_logit_terms``).
+    Mismatched shapes (B, S or d_k differing, h not a multiple of g) raise ValueError here, before
+    any backend runs.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
@@ -142,8 +144,18 @@ def attend(
         raise ValueError(
             f"attend expects 4-D (B, heads, T, d) tensors; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
+    # Shapes are checked here, once, for every backend: torch's CPU SDPA, for one, returns a tensor
+    # for k and v of different lengths instead of failing.
     if k.shape[1] != v.shape[1]:
         raise ValueError(f"k and v must have the same number of heads; got {k.shape[1]} and {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same length S (one value per key); got {k.shape[2]} and {v.shape[2]}")
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"q, k and v must have the same batch size B; got {q.shape[0]}, {k.shape[0]} and {v.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"q and k must have the same head size d_k; got {q.shape[3]} and {k.shape[3]}")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"the query heads ({q.shape[1]}) must be a multiple of the key/value heads ({k.shape[1]})")
     h, T, S = q.shape[1], q.shape[2], k.shape[2]
     if backend in ("tiled", "triton"):
         return _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks)

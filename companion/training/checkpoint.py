@@ -4,15 +4,21 @@ What this module provides
 - ``MODEL_KINDS``: ``"decoder"``, ``"gpt"``, ``"seq2seq"`` -> (model class, config class).
 - ``model_kind(model) -> str`` and ``config_dict(model) -> dict``: ``{"model": kind, **config fields}``,
   the ``config.json`` layout (the one ``python -m companion generate --checkpoint`` reads too).
+- ``build_model(config, max_elements=None)``: a model from a config.json dict, sizes bounded first.
 - ``save_checkpoint(run_dir, step, model, tokenizer=None, state=None, keep=2) -> Path``: writes
   ``run_dir/step-00000200/`` and points ``run_dir/latest`` at it.
+- ``check_run_dir(run_dir)``: fails (ValueError) unless checkpoints can be written there; the trainer
+  calls it before its first step.
 - ``resolve(path) -> Path``: a run directory (follows ``latest``) or one step directory.
-- ``load_model(path, device="cpu") -> nn.Module``: a model rebuilt from ``config.json`` with its weights.
+- ``load_model(path, device="cpu", max_elements=None) -> nn.Module``: a model rebuilt from
+  ``config.json`` with its weights.
 - ``load_weights(model, path)``: weights into an existing model; a model of another config raises a
   ValueError naming every mismatched field.
 - ``load_state(path) -> dict | None`` and ``load_tokenizer(path)``: the training state and tokenizer.
 - ``encode_state(obj) -> (json_obj, tensors)`` / ``decode_state(json_obj, tensors)``: nested Python
   objects (optimizer and scheduler state dicts, RNG states) split into JSON plus a flat tensor dict.
+- ``FIELD_LIMITS`` and ``MAX_ELEMENTS``: the bounds a config.json must respect before anything is
+  allocated (see "Untrusted files" below).
 
 A step directory holds
 - ``config.json``: the model kind and every config field;
@@ -23,11 +29,28 @@ A step directory holds
   step, the metrics history (``companion.training.trainer``);
 - ``manifest.json``, written last: the SHA-256 of every other file. Loading checks it first, so a
   flipped byte anywhere gives "checkpoint file ... is corrupted" instead of silently wrong weights.
+Every file is mode 0644, and the same checkpoint saved twice gives byte-identical files (the
+safetensors header's metadata is written in sorted key order).
 
-Atomicity: the step directory is written under a temporary name and renamed into place, and
-``latest`` is replaced with ``os.replace``; a crash at any moment leaves the previous checkpoint and
-the ``latest`` pointer to it untouched. Nothing here ever unpickles: weights and tensors come from
-safetensors, everything else from JSON.
+Crash safety: write new, flip ``latest``, then delete old. A save writes the new step directory
+under a hidden temporary name (``.step-....tmp``), fsyncs it and renames it to a name that does not
+exist yet (``step-00000200``; re-saving a step that already exists writes ``step-00000200.1``, then
+``.2``, ...); only then is ``latest`` replaced (``os.replace`` of a fsynced ``.latest.*.tmp``), and
+only after that are superseded directories renamed aside (``.step-....old``) and deleted. A kill at
+any moment therefore leaves ``latest`` naming a complete, verified step. Debris of an earlier crash
+(``.step-*.tmp``, ``.step-*.old``, ``.latest.*.tmp``) is removed at the start of the next save.
+``COMPANION_CHECKPOINT_FAULT=k`` kills the process (SIGKILL) right after the k-th file operation of
+a save: the fault-injection hook the tests use to kill a save at every point.
+
+Untrusted files. Nothing here ever unpickles: weights and tensors come from safetensors, everything
+else from JSON. ``latest`` may only name a ``step-...`` directory inside the run directory. The
+manifest may only list the five files above, must list every file the step directory holds (an
+unlisted file is refused, not read unverified) and must list config.json and model.safetensors.
+Before a model is built, every size field of config.json is checked against ``FIELD_LIMITS``
+(e.g. vocab_size <= 2,097,152, n_layers <= 1024, max_seq_len <= 1,048,576) and the model's element
+count (parameters + buffers, counted on the meta device, so nothing is allocated) against
+``MAX_ELEMENTS`` (2^31, about 8 GiB of float32). Both are caps, not facts: raise a field's limit by
+editing ``FIELD_LIMITS`` and the element cap with ``max_elements=`` or ``$COMPANION_MAX_ELEMENTS``.
 """
 
 from __future__ import annotations
@@ -35,7 +58,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
+import signal
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -43,20 +68,39 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
 from companion.files import atomic_write_bytes, sha256_file
 from companion.models import unwrap
 
 __all__ = [
-    "MODEL_KINDS", "model_kind", "config_dict", "build_model", "save_checkpoint", "resolve", "load_model",
-    "load_weights", "load_state", "load_tokenizer", "encode_state", "decode_state", "atomic_write_bytes",
-    "FORMAT",
+    "MODEL_KINDS", "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "resolve",
+    "load_model", "load_weights", "load_state", "load_tokenizer", "encode_state", "decode_state",
+    "atomic_write_bytes", "FORMAT", "FIELD_LIMITS", "MAX_ELEMENTS", "FAULT_ENV",
 ]
 
 FORMAT = "companion-checkpoint/1"
 _LATEST = "latest"
+FAULT_ENV = "COMPANION_CHECKPOINT_FAULT"
+# the files a step directory may hold; the loader reads nothing else
+_FILES = ("config.json", "model.safetensors", "tokenizer.json", "state.json", "state.safetensors")
+_STEP = re.compile(r"step-(\d{8,})(?:\.(\d+))?")  # step-00000200, or step-00000200.3 for a re-save
+_DEBRIS = (".step-*.tmp", ".step-*.old", ".latest.*.tmp", ".write-test.*.tmp")
+
+# Caps on config.json sizes, checked before anything is built. Generous for the book's models (the
+# largest preset is far below every one); raise an entry to load a bigger model.
+_WIDTH, _DEPTH, _LENGTH, _VOCAB = 1 << 16, 1024, 1 << 20, 1 << 21
+FIELD_LIMITS: dict[str, int] = {
+    **dict.fromkeys(("vocab_size", "src_vocab_size", "tgt_vocab_size", "pad_id"), _VOCAB),
+    **dict.fromkeys(("d_model", "n_embd", "d_ff", "moe_d_ff", "head_dim", "kv_rank", "q_rank", "mla_head_dim",
+                     "rope_dim", "v_head_dim"), _WIDTH),
+    **dict.fromkeys(("n_layers", "n_layer", "n_encoder_layers", "n_decoder_layers", "n_heads", "n_head",
+                     "n_kv_heads", "n_experts", "n_shared_experts", "top_k", "first_dense_layers", "global_every"), _DEPTH),
+    **dict.fromkeys(("max_seq_len", "block_size", "max_len", "rope_original_max_len", "window", "keep"), _LENGTH),
+}
+MAX_ELEMENTS = 1 << 31  # parameters + buffers of a loaded model (override: max_elements= or $COMPANION_MAX_ELEMENTS)
 
 
 def _kinds() -> dict[str, tuple[type, type]]:
@@ -83,8 +127,42 @@ def config_dict(model: nn.Module) -> dict:
     return {"model": kind, **asdict(unwrap(model).config)}
 
 
-def build_model(config: dict) -> nn.Module:
-    """A freshly initialised model from a config.json dict."""
+def _check_sizes(config: dict) -> None:
+    """Every size field an int (or None) within ``FIELD_LIMITS``: a tampered config.json is refused
+    before any model is built, with the field and its limit named."""
+    for key, value in config.items():
+        if key not in FIELD_LIMITS or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"config.json field {key} must be an integer; got {value!r}")
+        limit = FIELD_LIMITS[key]
+        if not 0 <= value <= limit:
+            raise ValueError(
+                f"config.json field {key} = {value} is outside [0, {limit}] (the cap "
+                f"companion.training.checkpoint.FIELD_LIMITS[{key!r}]; raise it to load a bigger model)"
+            )
+
+
+def _max_elements(max_elements: int | None) -> int:
+    if max_elements is not None:
+        return max_elements
+    env = os.environ.get("COMPANION_MAX_ELEMENTS", "").strip()
+    if not env:
+        return MAX_ELEMENTS
+    try:
+        return int(float(env))
+    except ValueError:
+        raise ValueError(f"$COMPANION_MAX_ELEMENTS must be a number of elements; got {env!r}") from None
+
+
+def build_model(config: dict, max_elements: int | None = None) -> nn.Module:
+    """A freshly initialised model from a config.json dict.
+
+    The config is bounded first (``FIELD_LIMITS``), then the model is built on the meta device to
+    count its elements without allocating them; more than ``max_elements`` (default ``MAX_ELEMENTS``,
+    or ``$COMPANION_MAX_ELEMENTS``) raises ValueError before the real model is allocated."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config.json must hold a JSON object; got {type(config).__name__}")
     config = dict(config)
     kind = config.pop("model", None)
     kinds = _kinds()
@@ -95,10 +173,39 @@ def build_model(config: dict) -> nn.Module:
     unknown = sorted(set(config) - known)
     if unknown:
         raise ValueError(f"config.json has fields that {config_cls.__name__} does not know: {unknown}")
-    return cls(config_cls(**config))
+    _check_sizes(config)
+    cap = _max_elements(max_elements)
+    try:
+        model_config = config_cls(**config)
+        with torch.device("meta"):
+            shape_only = cls(model_config)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"config.json does not describe a valid {config_cls.__name__}: {e}") from None
+    n = sum(t.numel() for t in shape_only.parameters()) + sum(t.numel() for t in shape_only.buffers())
+    del shape_only
+    if n > cap:
+        raise ValueError(
+            f"config.json describes a model of {n:,} elements (parameters + buffers), more than the cap of {cap:,} "
+            "(companion.training.checkpoint.MAX_ELEMENTS; raise it with max_elements= or $COMPANION_MAX_ELEMENTS)"
+        )
+    return cls(model_config)
 
 
 # --- file helpers ----------------------------------------------------------------------------------
+
+_ops = 0  # file operations of the current save, for the fault-injection hook
+
+
+def _done(what: str) -> None:
+    """Called after every file operation of a save. With ``$COMPANION_CHECKPOINT_FAULT=k`` the k-th
+    call kills the process on the spot (SIGKILL: no cleanup, no ``finally``), as a power cut would."""
+    global _ops
+    _ops += 1
+    spec = os.environ.get(FAULT_ENV, "").strip()
+    if spec and int(spec) == _ops:
+        if hasattr(signal, "SIGKILL"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(137)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -112,6 +219,68 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """A new file, mode 0644 whatever the umask, fsynced."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fchmod(handle.fileno(), 0o644)
+        os.fsync(handle.fileno())
+    _done(f"write {path.name}")
+
+
+def _safetensors(tensors: dict[str, Tensor], metadata: dict[str, str]) -> bytes:
+    """safetensors bytes whose header lists the metadata in sorted key order. The library keeps the
+    metadata in a hash map, so its order (and the file's bytes) would change from run to run; the
+    header is re-serialised here with the same length (compact JSON, space padding), so the offsets
+    of the data that follows stay valid."""
+    raw = safetensors_bytes(tensors, metadata=metadata)
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__", None)
+    ordered = ({"__metadata__": dict(sorted(meta.items()))} if meta else {}) | header
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > n:  # cannot happen (same content, compact form); keep the library's bytes if it does
+        return raw
+    return raw[:8] + text + b" " * (n - len(text)) + raw[8 + n :]
+
+
+def check_run_dir(run_dir: Path | str) -> Path:
+    """Create ``run_dir`` if needed and prove a file can be written in it; ValueError otherwise (a
+    path naming a file, a parent that is a file, a read-only or unwritable folder). Returns it."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"out_dir {run_dir} is a file, not a directory: checkpoints need a directory")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-test.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"out_dir {run_dir} is not writable: {e.strerror or e}") from None
+    return run_dir
+
+
+def _remove_debris(run_dir: Path) -> None:
+    """Temporary directories and files left by a save that was killed."""
+    for pattern in _DEBRIS:
+        for p in run_dir.glob(pattern):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
+def _step_dirs(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """(step, version, path) of every visible step directory, oldest first."""
+    out = []
+    for p in run_dir.iterdir():
+        m = _STEP.fullmatch(p.name)
+        if m and p.is_dir() and not p.is_symlink():
+            out.append((int(m.group(1)), int(m.group(2) or 0), p))
+    return sorted(out)
 
 
 # --- state encoding (JSON + tensors, no pickle) ----------------------------------------------------
@@ -152,22 +321,31 @@ def encode_state(obj) -> tuple[object, dict[str, Tensor]]:
 
 
 def decode_state(obj, tensors: dict[str, Tensor]):
-    """Inverse of ``encode_state``."""
+    """Inverse of ``encode_state``. A reference to a tensor that ``tensors`` lacks, or a malformed
+    structure, raises ValueError naming it."""
 
     def dec(x):
         if isinstance(x, list):
             return [dec(v) for v in x]
         if isinstance(x, dict):
             if "__tensor__" in x:
-                return tensors[x["__tensor__"]]
-            if "__tuple__" in x:
-                return tuple(dec(v) for v in x["__tuple__"])
-            if "__items__" in x:
-                return {k: dec(v) for k, v in x["__items__"]}
-            if "__ndarray__" in x:
-                return np.asarray(x["__ndarray__"], dtype=x["dtype"])
-            if "__bytes__" in x:
-                return base64.b64decode(x["__bytes__"])
+                name = x["__tensor__"]
+                if not isinstance(name, str) or name not in tensors:
+                    raise ValueError(f"the state references tensor {name!r}, which the state's tensor file does not hold")
+                return tensors[name]
+            try:
+                if "__tuple__" in x:
+                    return tuple(dec(v) for v in x["__tuple__"])
+                if "__items__" in x:
+                    return {k: dec(v) for k, v in x["__items__"]}
+                if "__ndarray__" in x:
+                    return np.asarray(x["__ndarray__"], dtype=x["dtype"])
+                if "__bytes__" in x:
+                    return base64.b64decode(x["__bytes__"])
+            except (TypeError, KeyError, ValueError) as e:
+                if isinstance(e, ValueError) and "references tensor" in str(e):
+                    raise
+                raise ValueError(f"the state has a malformed entry {str(x)[:80]!r}: {e}") from None
             return {k: dec(v) for k, v in x.items()}
         return x
 
@@ -198,55 +376,82 @@ def _step_name(step: int) -> str:
 def save_checkpoint(
     run_dir: Path | str, step: int, model: nn.Module, tokenizer=None, state: dict | None = None, keep: int | None = 2
 ) -> Path:
-    """Write ``run_dir/step-<step>/`` atomically, point ``run_dir/latest`` at it, keep the newest ``keep``.
+    """Write ``run_dir/step-<step>/`` crash-safely, point ``run_dir/latest`` at it, keep the newest ``keep``.
+
+    Order (see the module docstring): remove debris of earlier crashes; write every file into a
+    hidden temporary directory and fsync it; rename it to a fresh name; replace ``latest``; only then
+    move superseded directories aside and delete them.
 
     Args:
         state: optional training state (see ``encode_state`` for what it may contain).
-        keep: number of step directories to keep (None: all). The one just written is always kept.
+        keep: number of step directories to keep (None: all). The one just written is always kept;
+            an older copy of the same step is always deleted.
     Returns the step directory.
     """
-    if step < 0:
-        raise ValueError(f"step must be >= 0; got {step}")
-    if keep is not None and keep < 1:
-        raise ValueError(f"keep must be >= 1 or None; got {keep}")
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    final = run_dir / _step_name(step)
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}.", suffix=".tmp"))
+    global _ops
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0; got {step!r}")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep must be an int >= 1 or None; got {keep!r}")
+    run_dir = check_run_dir(run_dir)
+    _ops = 0
+    _remove_debris(run_dir)
+    # build every file's bytes before touching the disk (an encoding error leaves nothing behind)
+    files = {"config.json": (json.dumps(config_dict(model), indent=1, sort_keys=True) + "\n").encode()}
+    tensors, aliases = _weights(model)
+    files["model.safetensors"] = _safetensors(tensors, {"format": FORMAT, "aliases": json.dumps(aliases, sort_keys=True)})
+    if state is not None:
+        structure, state_tensors = encode_state(state)
+        files["state.safetensors"] = _safetensors(state_tensors, {"format": FORMAT})
+        files["state.json"] = (json.dumps(structure) + "\n").encode()
+    base = _step_name(step)
+    final, version = run_dir / base, 0
+    while final.exists() or final.is_symlink():  # re-saving a step: a new name, never a swap in place
+        version += 1
+        final = run_dir / f"{base}.{version}"
+
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{base}.", suffix=".tmp"))
+    _done("mkdir")
     try:
-        (tmp / "config.json").write_text(json.dumps(config_dict(model), indent=1, sort_keys=True) + "\n")
-        tensors, aliases = _weights(model)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT, "aliases": json.dumps(aliases)})
+        for name, data in files.items():
+            _write_file(tmp / name, data)
         if tokenizer is not None:
             tokenizer.save(tmp / "tokenizer.json")
-        if state is not None:
-            structure, state_tensors = encode_state(state)
-            save_file(state_tensors, str(tmp / "state.safetensors"), metadata={"format": FORMAT})
-            (tmp / "state.json").write_text(json.dumps(structure) + "\n")
-        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-        manifest = {"format": FORMAT, "step": step, "files": files}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        for p in tmp.iterdir():
-            with open(p, "rb") as handle:
-                os.fsync(handle.fileno())
+            _write_file(tmp / "tokenizer.json", (tmp / "tokenizer.json").read_bytes())  # 0644 and fsynced
+        digests = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
+        manifest = {"format": FORMAT, "step": step, "files": digests}
+        _write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         os.chmod(tmp, 0o755)
         _fsync_dir(tmp)
-        if final.exists():  # re-saving the same step: move the old one aside first (rename is atomic)
-            trash = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}.", suffix=".old"))
-            os.replace(final, trash / final.name)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        os.replace(tmp, final)  # a fresh name: nothing is replaced, nothing lies half-swapped
         _fsync_dir(run_dir)
+        _done("rename step")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    atomic_write_bytes(run_dir / _LATEST, (final.name + "\n").encode())
+    # flip `latest` (temporary file, fsync, os.replace): before this, `latest` names the old step
+    fd, pointer = tempfile.mkstemp(dir=run_dir, prefix=f".{_LATEST}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write((final.name + "\n").encode())
+        handle.flush()
+        os.fchmod(handle.fileno(), 0o644)
+        os.fsync(handle.fileno())
+    _done("write latest")
+    os.replace(pointer, run_dir / _LATEST)
+    _fsync_dir(run_dir)
+    _done("replace latest")
+    # then delete what the new step supersedes: older copies of this step, and the steps beyond `keep`
+    others = [(s, v, p) for s, v, p in _step_dirs(run_dir) if p != final]
+    stale = [p for s, _, p in others if s == step]
+    rest = [p for s, _, p in others if s != step]
     if keep is not None:
-        steps = sorted(p for p in run_dir.glob("step-*") if p.is_dir() and p != final)
-        for old in steps[: max(0, len(steps) - (keep - 1))]:
-            shutil.rmtree(old, ignore_errors=True)
+        stale += rest[: max(0, len(rest) - (keep - 1))]
+    for old in stale:
+        aside = run_dir / f".{old.name}.{os.getpid()}.old"
+        os.replace(old, aside)  # atomic: no half-deleted directory is ever visible as a step
+        _done(f"move aside {old.name}")
+        shutil.rmtree(aside, ignore_errors=True)
+        _done(f"delete {old.name}")
     return final
 
 
@@ -254,7 +459,9 @@ def save_checkpoint(
 
 
 def resolve(path: Path | str) -> Path:
-    """The step directory that ``path`` names: itself if it has a manifest, else the one ``path/latest`` names."""
+    """The step directory that ``path`` names: itself if it has a manifest, else the one ``path/latest``
+    names (a ``step-...`` directory inside ``path``, nothing else), else, when a save was killed before
+    its first ``latest`` was written, the newest step directory with a manifest."""
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint must be a directory (a run directory or a step-... directory); {path} is not one")
@@ -262,25 +469,51 @@ def resolve(path: Path | str) -> Path:
         return path
     pointer = path / _LATEST
     if pointer.is_file():
-        target = path / pointer.read_text().strip()
+        name = pointer.read_text(errors="replace").strip()
+        if not _STEP.fullmatch(name):
+            raise ValueError(f"checkpoint {path}: 'latest' must name a step-... directory inside the run directory; got {name[:80]!r}")
+        target = path / name
+        if target.is_symlink() or not target.is_dir() or target.resolve().parent != path.resolve():
+            raise ValueError(f"checkpoint {path}: 'latest' names {name}, which is not a directory inside the run directory")
         if not (target / "manifest.json").is_file():
             raise ValueError(f"checkpoint {path}: 'latest' names {target.name}, which has no manifest.json")
         return target
+    complete = [p for _, _, p in _step_dirs(path) if (p / "manifest.json").is_file()]
+    if complete:
+        return complete[-1]
     raise ValueError(f"checkpoint {path} has neither manifest.json nor a 'latest' pointer: not a companion checkpoint")
 
 
 def _verified(path: Path | str) -> Path:
+    """The step directory, after checking that its manifest lists exactly the files it holds (known
+    names only, config.json and model.safetensors among them) and that every digest matches."""
     step_dir = resolve(path)
+    manifest_file = step_dir / "manifest.json"
     try:
-        manifest = json.loads((step_dir / "manifest.json").read_text())
+        manifest = json.loads(manifest_file.read_text())
         files = manifest["files"]
+        if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+            raise TypeError("'files' must map names to digests")
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"checkpoint file {step_dir / 'manifest.json'} is corrupted (unreadable JSON: {e})") from None
+        raise ValueError(f"checkpoint file {manifest_file} is corrupted (unreadable JSON: {e})") from None
     if manifest.get("format") != FORMAT:
         raise ValueError(f"checkpoint {step_dir} has format {manifest.get('format')!r}; this library reads {FORMAT!r}")
+    strange = sorted(name for name in files if name not in _FILES)
+    if strange:
+        raise ValueError(f"checkpoint file {manifest_file} lists files a checkpoint never holds: {strange} (allowed: {list(_FILES)})")
+    for name in ("config.json", "model.safetensors"):
+        if name not in files:
+            raise ValueError(f"checkpoint file {manifest_file} does not list {name}, which every checkpoint holds")
+    if ("state.json" in files) != ("state.safetensors" in files):
+        raise ValueError(f"checkpoint file {manifest_file} lists only one of state.json and state.safetensors")
+    unlisted = sorted(p.name for p in step_dir.iterdir() if p.name != "manifest.json" and p.name not in files)
+    if unlisted:
+        raise ValueError(
+            f"checkpoint {step_dir} holds {unlisted}, which manifest.json does not list: an unverified file is not read"
+        )
     for name, digest in files.items():
         file = step_dir / name
-        if not file.is_file():
+        if not file.is_file() or file.is_symlink():
             raise ValueError(f"checkpoint file {file} is missing (listed in manifest.json)")
         if sha256_file(file) != digest:
             raise ValueError(f"checkpoint file {file} is corrupted: its SHA-256 differs from the one in manifest.json")
@@ -326,12 +559,19 @@ def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
     """
     step_dir = _verified(path)
     saved = _read_json(step_dir / "config.json")
+    if not isinstance(saved, dict):
+        raise ValueError(f"checkpoint file {step_dir / 'config.json'} is corrupted (not a JSON object)")
     problems = _config_mismatch(saved, model)
     if problems:
         raise ValueError(f"checkpoint {step_dir} does not fit this model; mismatched config: " + "; ".join(problems))
-    tensors, metadata = _read_tensors(step_dir / "model.safetensors")
-    for alias, stored in json.loads(metadata.get("aliases", "{}")).items():
-        tensors[alias] = tensors[stored]
+    file = step_dir / "model.safetensors"
+    tensors, metadata = _read_tensors(file)
+    try:
+        aliases = json.loads(metadata.get("aliases", "{}"))
+        for alias, stored in aliases.items():
+            tensors[alias] = tensors[stored]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"checkpoint file {file} is corrupted (bad 'aliases' metadata: {e!r})") from None
     target = unwrap(model)
     try:
         target.load_state_dict(tensors, strict=True)
@@ -340,10 +580,11 @@ def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
     return model
 
 
-def load_model(path: Path | str, device: torch.device | str = "cpu") -> nn.Module:
-    """Rebuild the model a checkpoint describes and load its weights (eval mode, on ``device``)."""
+def load_model(path: Path | str, device: torch.device | str = "cpu", max_elements: int | None = None) -> nn.Module:
+    """Rebuild the model a checkpoint describes and load its weights (eval mode, on ``device``).
+    ``max_elements``: the size cap of ``build_model``."""
     step_dir = _verified(path)
-    model = build_model(_read_json(step_dir / "config.json"))
+    model = build_model(_read_json(step_dir / "config.json"), max_elements=max_elements)
     load_weights(model, step_dir)
     return model.to(device).eval()
 
@@ -354,19 +595,21 @@ def load_state(path: Path | str) -> dict | None:
     if not (step_dir / "state.json").is_file():
         return None
     tensors, _ = _read_tensors(step_dir / "state.safetensors")
-    return decode_state(_read_json(step_dir / "state.json"), tensors)
+    try:
+        return decode_state(_read_json(step_dir / "state.json"), tensors)
+    except ValueError as e:
+        raise ValueError(f"checkpoint file {step_dir / 'state.json'} is corrupted: {e}") from None
 
 
 def load_tokenizer(path: Path | str):
     """The tokenizer saved with the checkpoint (None if it has none), by the ``kind`` in its JSON."""
-    from companion.tokenizers import ByteBPE, CharTokenizer, FastByteBPE
+    from companion.tokenizers import tokenizer_from_json  # every tokenizer class registers its kind there
 
     step_dir = _verified(path)
     file = step_dir / "tokenizer.json"
     if not file.is_file():
         return None
-    kind = _read_json(file).get("kind")
-    for cls in (CharTokenizer, ByteBPE, FastByteBPE):
-        if cls.kind == kind:
-            return cls.load(file)
-    raise ValueError(f"checkpoint file {file}: unknown tokenizer kind {kind!r}")
+    try:
+        return tokenizer_from_json(file)
+    except ValueError as error:
+        raise ValueError(f"checkpoint file {file}: {error}") from None

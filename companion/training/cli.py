@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -55,6 +57,37 @@ def _overrides(items: list[str]) -> dict:
         except ValueError:
             out[key] = value
     return out
+
+
+def _check_overrides(overrides: dict, config_cls: type) -> None:
+    """Each --set names a field of ``config_cls`` and gives a value of the field's type (the field
+    annotations, e.g. "int | None"): --set d_model=abc is a one-line error, not a traceback later."""
+    known = {f.name: str(f.type) for f in fields(config_cls)}
+    takes = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "None": lambda v: v is None,
+    }
+    for key, value in overrides.items():
+        if key not in known:
+            raise ValueError(f"--set {key}=...: {config_cls.__name__} has no field {key!r} (fields: {', '.join(known)})")
+        kinds = [t.strip() for t in known[key].split("|")]
+        if all(k in takes for k in kinds) and not any(takes[k](value) for k in kinds):
+            raise ValueError(f"--set {key}={json.dumps(value)}: {key} takes {known[key]}; got {value!r}")
+
+
+def _read_corpus(path: Path) -> str:
+    """A .txt corpus as text; a binary or non-UTF-8 file is a ValueError naming it."""
+    raw = path.read_bytes()
+    if b"\x00" in raw:
+        raise ValueError(f"--data {path}: the file is binary (it contains NUL bytes), not UTF-8 text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--data {path} is not UTF-8 text: byte {e.start} (0x{raw[e.start]:02x}) cannot be decoded; "
+                         "convert it first (e.g. iconv -t UTF-8)") from None
 
 
 def _text_data(args, text_train: str, text_val: str, context: int):
@@ -108,7 +141,7 @@ def build_run(args):
         else:
             if not data_path.is_file():
                 raise ValueError(f"--data {args.data}: no such file")
-            text = data_path.read_text(encoding="utf-8")
+            text = _read_corpus(data_path)
             cut = int(len(text) * 0.9)
             text_train, text_val = text[:cut], text[cut:]
         data, tokenizer = _text_data(args, text_train, text_val, args.context)
@@ -144,15 +177,22 @@ def build_run(args):
     else:
         raise ValueError(f"--data must be one of {list(DATASETS)} or a path to a .txt file; got {args.data!r}")
 
-    if seq2seq:
-        name = args.preset[len(SEQ2SEQ_PREFIX):]
-        max_len = max(length, SEQ2SEQ_PRESETS[name].get("max_len", 512))
-        model = seq2seq_from_preset(name, **{"src_vocab_size": vocab, "tgt_vocab_size": vocab, "max_len": max_len, "pad_id": 0, **overrides})
-    elif args.preset in GPT_PRESETS:
-        model = gpt_from_preset(args.preset, **{"vocab_size": vocab, "block_size": length, **overrides})
-    else:
-        config = preset_config(args.preset, **{"vocab_size": vocab, "max_seq_len": max(length, PRESETS[args.preset].get("max_seq_len", 256)), **overrides})
-        model = Decoder(config)
+    from companion.models import DecoderConfig, GPTConfig, Seq2SeqConfig
+
+    _check_overrides(overrides, Seq2SeqConfig if seq2seq else GPTConfig if args.preset in GPT_PRESETS else DecoderConfig)
+    try:
+        if seq2seq:
+            name = args.preset[len(SEQ2SEQ_PREFIX):]
+            max_len = max(length, SEQ2SEQ_PRESETS[name].get("max_len", 512))
+            model = seq2seq_from_preset(name, **{"src_vocab_size": vocab, "tgt_vocab_size": vocab, "max_len": max_len, "pad_id": 0, **overrides})
+        elif args.preset in GPT_PRESETS:
+            model = gpt_from_preset(args.preset, **{"vocab_size": vocab, "block_size": length, **overrides})
+        else:
+            config = preset_config(args.preset, **{"vocab_size": vocab, "max_seq_len": max(length, PRESETS[args.preset].get("max_seq_len", 256)), **overrides})
+            model = Decoder(config)
+    except (TypeError, ZeroDivisionError) as e:
+        settings = " ".join(f"--set {item}" for item in args.set) or "the preset"
+        raise ValueError(f"the model cannot be built from {settings}: {e}") from None
     config = TrainConfig(
         steps=args.steps, max_seconds=args.max_seconds or None, grad_accum=args.grad_accum, lr=args.lr,
         optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule, warmup=args.warmup,
@@ -164,13 +204,27 @@ def build_run(args):
 
 
 def cmd_train(args) -> int:
-    from companion.training.trainer import Trainer
+    from companion.training.checkpoint import check_run_dir
+    from companion.training.trainer import NonFiniteLoss, Trainer, check_device
 
+    if args.out:
+        check_run_dir(args.out)  # before the corpus is read and the model built
+    if args.device is not None:
+        check_device(args.device)
+    if args.override and not args.resume:
+        raise ValueError("--override only applies with --resume")
     model, data, tokenizer, config = build_run(args)
     trainer = Trainer(model, data, config, tokenizer=tokenizer)
     if args.resume:
-        trainer.resume(args.resume)
-    history = trainer.fit()
+        trainer.resume(args.resume, override=args.override)
+        for change in trainer.resume_changes:
+            if trainer.rank == 0:
+                print(f"resume: --override applies {change}", file=sys.stderr)
+    try:
+        history = trainer.fit()
+    except NonFiniteLoss as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if trainer.rank == 0:
         summary = {
             "steps": trainer.step, "stop_reason": history.stop_reason, "loss": history.last("loss"),
@@ -191,8 +245,10 @@ def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1
     """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context."""
     if not ids:
         raise ValueError("the prompt must contain at least one token")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0; got {temperature}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be >= 0 and finite; got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1 or None; got {top_k}")
     config = model.config
@@ -215,8 +271,15 @@ def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1
 
 def cmd_sample(args) -> int:
     from companion.training.checkpoint import load_model, load_tokenizer
+    from companion.training.trainer import check_device
 
-    model = load_model(args.checkpoint, device=args.device or "cpu")
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
+    if args.beam_size < 1:
+        raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
+    model = load_model(args.checkpoint, device=check_device(args.device or "cpu"))
     tokenizer = load_tokenizer(args.checkpoint)
     if tokenizer is not None:
         prompt = tokenizer.encode(args.prompt)
@@ -229,6 +292,9 @@ def cmd_sample(args) -> int:
         from companion.inference.translate import beam_search_one, greedy_decode
 
         specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
+        if len(prompt) > model.config.max_len:
+            print(f"note: the prompt has {len(prompt)} tokens, more than the model's max_len of {model.config.max_len}; "
+                  f"only its first {model.config.max_len} are translated", file=sys.stderr)
         src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
         max_len = min(model.config.max_len, args.max_new_tokens)
         if args.beam_size == 1:
@@ -237,6 +303,10 @@ def cmd_sample(args) -> int:
             hyp = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], args.beam_size, args.alpha, max_len)[0]
         out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
     else:
+        context = getattr(model.config, "max_seq_len", None) or model.config.block_size
+        if len(prompt) > context:
+            print(f"note: the prompt has {len(prompt)} tokens, more than the model's context of {context}; "
+                  f"the model sees only its last {context} tokens", file=sys.stderr)
         ids = sample_lm(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed)
         out = tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
     sys.stdout.write(out + "\n")
@@ -281,7 +351,10 @@ def add_subcommands(sub) -> None:
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layers=4 --set d_model=128 (repeatable; JSON values)")
     t.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 is often fastest for small models on a shared machine)")
-    t.add_argument("--resume", default=None, help="checkpoint (run or step directory) to continue from, exactly")
+    t.add_argument("--resume", default=None, help="checkpoint (run or step directory) to continue from, exactly; refused "
+                   "if it was trained with another tokenizer or other hyper-parameters (lr, schedule, steps under cosine, ...)")
+    t.add_argument("--override", action="store_true", help="with --resume: apply the changed hyper-parameters (lr, "
+                   "schedule and its total steps, weight decay, betas) instead of refusing them; each is reported")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 

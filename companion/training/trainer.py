@@ -12,6 +12,18 @@ What this module provides
 - Throughput: tokens/s, and model FLOPs utilisation (MFU) on CUDA from
   ``companion.accounting.training_flops_per_token`` and ``companion.accounting.peak_flops``.
 - DDP: ``setup_distributed()`` (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; gloo on CPU, nccl on GPU).
+- ``check_device(name) -> torch.device``: a device name that exists here, or a one-line ValueError.
+- ``NonFiniteLoss``: raised by ``fit`` when the loss (or a weight about to be saved) is NaN or inf.
+- ``HYPERPARAMETERS``: the ``TrainConfig`` fields a resume compares with the checkpoint's.
+
+Failure behaviour. Checks come before work: ``fit`` proves ``out_dir`` writable before the first
+step, and the device is checked when the Trainer is built. A loss that becomes NaN or inf stops the
+run with ``NonFiniteLoss`` naming the step (checked at every log step, every evaluation and before
+every checkpoint, so no device sync is added per step); no checkpoint of diverged weights is ever
+written, so the last good one stays ``latest``. ``resume`` refuses a checkpoint trained with another
+tokenizer (compared by content) and, unless ``override=True``, any changed hyper-parameter; with
+``override=True`` the new values are applied (learning rate, schedule and its total steps, weight
+decay, betas) and listed in ``trainer.resume_changes``.
 
 The batch/step protocol. A data source has ``next_batch()`` (one micro-batch for training),
 ``eval_batches(max_batches)`` (a deterministic validation pass, possibly empty), ``shard(rank, world)``
@@ -33,7 +45,10 @@ rank but 0.
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
+import tempfile
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -52,8 +67,8 @@ from companion.training.losses import default_loss
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 
 __all__ = [
-    "TrainConfig", "Trainer", "History", "setup_distributed",
-    "SCHEDULES", "OPTIMIZERS", "PRECISIONS",
+    "TrainConfig", "Trainer", "History", "setup_distributed", "check_device", "NonFiniteLoss",
+    "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "HYPERPARAMETERS",
 ]
 
 SCHEDULES = ("constant", "cosine", "noam")
@@ -105,15 +120,23 @@ class TrainConfig:
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an int >= 1; got {getattr(self, name)!r}")
         for name in ("eval_every", "checkpoint_every", "warmup", "seed"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, f"{name} must be an int >= 0; got {getattr(self, name)!r}")
-        need(self.max_seconds is None or self.max_seconds > 0, f"max_seconds must be > 0 or None; got {self.max_seconds}")
-        need(self.lr > 0, f"lr must be > 0; got {self.lr}")
+        def real(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+        need(self.max_seconds is None or (isinstance(self.max_seconds, (int, float)) and self.max_seconds > 0),
+             f"max_seconds must be > 0 or None; got {self.max_seconds}")
+        need(real(self.lr) and self.lr > 0, f"lr must be > 0 and finite; got {self.lr}")
+        need(real(self.weight_decay) and self.weight_decay >= 0, f"weight_decay must be >= 0 and finite; got {self.weight_decay}")
+        need(len(self.betas) == 2 and all(real(b) and 0 <= b < 1 for b in self.betas),
+             f"betas must be two numbers in [0, 1); got {self.betas}")
         need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
         need(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
         need(self.schedule != "noam" or self.warmup >= 1, "warmup must be >= 1 with schedule='noam'")
         need(self.schedule != "cosine" or self.warmup < self.steps, f"warmup must be < steps={self.steps} with schedule='cosine'; got {self.warmup}")
         need(0 <= self.lr_floor <= 1, f"lr_floor must be in [0, 1]; got {self.lr_floor}")
-        need(self.grad_clip is None or self.grad_clip > 0, f"grad_clip must be > 0 or None; got {self.grad_clip}")
-        need(0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        need(self.grad_clip is None or (real(self.grad_clip) and self.grad_clip > 0),
+             f"grad_clip must be > 0 and finite, or None; got {self.grad_clip}")
+        need(real(self.label_smoothing) and 0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
         need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
 
@@ -224,6 +247,39 @@ def setup_distributed() -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
+def check_device(name: str | torch.device) -> torch.device:
+    """``torch.device(name)`` when that device exists here; otherwise a one-line ValueError (an
+    unknown name, CUDA or MPS asked for where it is absent, a CUDA index beyond the devices present)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps; got {name!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(name)!r} asked for, but CUDA is not available here (torch.cuda.is_available() "
+                             "is False); use cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(name)!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) are present")
+    elif device.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device {str(name)!r} asked for, but MPS is not available here; use cpu")
+    elif device.type != "cpu":
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps; got {str(name)!r}")
+    return device
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The training loss, or a weight about to be checkpointed, is NaN or infinite."""
+
+
+# Resume compares these TrainConfig fields with the checkpoint's (steps only under the cosine
+# schedule, whose total it is). The rest (budget, cadences, device, progress, out_dir) may change
+# freely; seed may too, because a resume restores the RNG and data states, which supersede it.
+HYPERPARAMETERS = ("lr", "optimizer", "weight_decay", "betas", "decay_embeddings", "schedule", "warmup", "lr_floor",
+                   "grad_clip", "label_smoothing", "grad_accum", "steps")
+_FIXED = ("optimizer", "decay_embeddings")  # they shape the optimizer state itself: never overridable
+
+
 def _progress_default() -> bool:
     if os.environ.get("COMPANION_PROGRESS", "").strip().lower() in ("0", "false", "no", "off"):
         return False
@@ -251,7 +307,7 @@ class Trainer:
         config.validate()
         self.rank, self.world, local_rank = setup_distributed()
         if config.device is not None:
-            self.device = torch.device(config.device)
+            self.device = check_device(config.device)
         elif torch.cuda.is_available():
             self.device = torch.device("cuda", local_rank)
         else:
@@ -286,6 +342,8 @@ class Trainer:
             self._train_model = torch.compile(self._train_model)
         self._flops_per_token: dict[int, int | None] = {}
         self._peak = peak_flops(self.device)
+        self.resume_changes: list[str] = []  # hyper-parameters a resume with override=True replaced
+        self._unchecked: list[tuple[int, Tensor]] = []  # (step, mean loss) not yet checked for NaN/inf
 
     # set-up ----------------------------------------------------------------------------------------
     def _build_optimizer(self) -> torch.optim.Optimizer:
@@ -419,6 +477,8 @@ class Trainer:
         target = c.steps if steps is None else steps
         if target < self.step:
             raise ValueError(f"steps must be >= the steps already taken ({self.step}); got {target}")
+        if c.out_dir and self.rank == 0:
+            ckpt.check_run_dir(c.out_dir)  # a file or an unwritable folder fails now, not after the last step
         show = (c.progress if c.progress is not None else _progress_default()) and self.rank == 0
         from tqdm.auto import tqdm
 
@@ -431,10 +491,12 @@ class Trainer:
                 log = (self.step + 1) % c.log_every == 0 or self.step + 1 == target
                 lr = self.lr
                 loss_sum, count = self._step()
+                self._unchecked.append((self.step, loss_sum.detach().float() / count.clamp(min=1)))
                 window_tokens += self._last_tokens
                 bar.update(1)
                 out_of_time = c.max_seconds is not None and time.perf_counter() - start >= c.max_seconds
                 if log or out_of_time:
+                    self._check_finite()
                     loss = self._loss_value(loss_sum, count)
                     if self.device.type == "cuda":
                         torch.cuda.synchronize(self.device)
@@ -459,14 +521,56 @@ class Trainer:
                     break
         finally:
             bar.close()
+        self._check_finite()
         self._log_eval()
         if c.out_dir:
             self.save_checkpoint()
         return self.history
 
+    def _check_finite(self) -> None:
+        """Raise NonFiniteLoss if any step since the last check had a NaN or infinite loss (one
+        device sync for all of them)."""
+        if not self._unchecked:
+            return
+        steps, losses = zip(*self._unchecked)
+        self._unchecked.clear()
+        values = torch.stack(losses)
+        finite = torch.isfinite(values)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            flag = finite.all().to(torch.int32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            if bool(flag):
+                return
+        elif bool(finite.all()):
+            return
+        if bool(finite.all()):  # another process diverged
+            raise NonFiniteLoss(f"training stopped: the loss became non-finite on another process by step {steps[-1]}")
+        bad = int((~finite).nonzero()[0, 0])
+        raise NonFiniteLoss(
+            f"training stopped: the loss became {float(values[bad])} at step {steps[bad]} (diverged: try a lower "
+            f"lr than {self.config.lr}, warmup or grad_clip); no checkpoint of the diverged weights was written"
+            + self._kept()
+        )
+
+    def _kept(self) -> str:
+        """Where the last good checkpoint is, for the NonFiniteLoss message."""
+        out_dir = self.config.out_dir
+        if not out_dir:
+            return ""
+        try:
+            return f"; the last good checkpoint, {ckpt.resolve(out_dir)}, is kept"
+        except ValueError:
+            return f"; {out_dir} holds no checkpoint yet"
+
     def _log_eval(self) -> None:
+        self._check_finite()
         val = self.evaluate()
         if val is not None:
+            if not math.isfinite(val):
+                raise NonFiniteLoss(f"training stopped: the validation loss became {val} at step {self.step}; "
+                                    "no checkpoint of these weights was written" + self._kept())
             self.history.log(step=self.step, val_loss=val)
 
     def _mfu(self, tokens_per_s: float) -> float | None:
@@ -509,6 +613,10 @@ class Trainer:
         out_dir = out_dir if out_dir is not None else self.config.out_dir
         if out_dir is None:
             raise ValueError("out_dir must be given (or set in TrainConfig) to save a checkpoint")
+        self._check_finite()
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise NonFiniteLoss(f"training stopped: the weights hold NaN or inf at step {self.step}; "
+                                "no checkpoint of them was written" + self._kept())
         state = self.state_dict()
         if self.world > 1:
             import torch.distributed as dist
@@ -526,15 +634,29 @@ class Trainer:
             dist.barrier()
         return path
 
-    def resume(self, path: str | Path) -> Trainer:
+    def resume(self, path: str | Path, override: bool = False) -> Trainer:
         """Load weights, optimizer, scheduler, RNG and data states and the history from a checkpoint.
 
-        ``path`` is a run directory (its ``latest`` step) or a step directory. A checkpoint of a different
-        model config raises ValueError naming the fields; a corrupted file raises ValueError naming it.
+        ``path`` is a run directory (its ``latest`` step) or a step directory. Refused with ValueError:
+        a checkpoint of a different model config (naming the fields), a corrupted file (naming it), a
+        checkpoint trained with another tokenizer (compared by content: the same vocabulary size is
+        not enough), and one whose ``HYPERPARAMETERS`` differ from this config's unless ``override``
+        is True; then the new values are applied and described in ``self.resume_changes``.
         """
         state = ckpt.load_state(path)
         if state is None:
             raise ValueError(f"checkpoint {path} holds weights only, no training state to resume from")
+        self._check_tokenizer(path)
+        changes = self._changed_hyperparameters(state.get("train_config"))
+        fixed = [line for key, line in changes if key in _FIXED]
+        if fixed:
+            raise ValueError(f"checkpoint {path} cannot be resumed with a different optimizer setup ({'; '.join(fixed)}): "
+                             "its optimizer state would not fit; start a new run instead")
+        if changes and not override:
+            raise ValueError(
+                f"resuming {path} would change hyper-parameters it was trained with: {'; '.join(line for _, line in changes)}. "
+                "Use the checkpoint's values, or pass override=True (train --override) to apply the new ones"
+            )
         ckpt.load_weights(self.model, path)
         if state.get("world", 1) != self.world:
             raise ValueError(f"checkpoint was written by {state.get('world', 1)} processes; resuming with "
@@ -553,4 +675,62 @@ class Trainer:
         self.step = int(state["step"])
         self.tokens_seen = int(state.get("tokens_seen", 0))
         self.history = History.from_dict(state["history"])
+        self.resume_changes = [line for _, line in changes]
+        if changes:
+            self._apply_hyperparameters()
         return self
+
+    def _check_tokenizer(self, path) -> None:
+        """Refuse a checkpoint whose tokenizer differs from this run's (by content, not size)."""
+        step_dir = ckpt.resolve(path)
+        file = step_dir / "tokenizer.json"
+        saved = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+        mine = None
+        if self.tokenizer is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                self.tokenizer.save(Path(tmp) / "tokenizer.json")
+                mine = json.loads((Path(tmp) / "tokenizer.json").read_text(encoding="utf-8"))
+        if saved == mine:
+            return
+        if saved is None or mine is None:
+            has, lacks = ("the checkpoint", "this run") if saved is not None else ("this run", "the checkpoint")
+            raise ValueError(f"checkpoint {path}: {has} has a tokenizer and {lacks} has none; resume needs the same tokenizer")
+        what = [k for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
+        raise ValueError(
+            f"checkpoint {path} was trained with a different tokenizer (tokenizer.json differs in {what}): its token "
+            "ids would mean other text. Resume on the corpus (and tokenizer) it was trained with"
+        )
+
+    def _changed_hyperparameters(self, saved: dict | None) -> list[tuple[str, str]]:
+        """(field, "field: checkpoint X, now Y") for every hyper-parameter that differs."""
+        if not saved:
+            return []  # a checkpoint written before configs were recorded
+        mine = self.config.to_dict()
+        out = []
+        for key in HYPERPARAMETERS:
+            if key == "steps" and not (mine["schedule"] == saved.get("schedule") == "cosine"):
+                continue  # the step budget only shapes the cosine schedule
+            old, new = saved.get(key), mine[key]
+            if isinstance(old, (list, tuple)):
+                old, new = list(old), list(new)
+            if old != new:
+                label = "steps (the cosine schedule's total)" if key == "steps" else key
+                out.append((key, f"{label}: checkpoint {old!r}, now {new!r}"))
+        return out
+
+    def _apply_hyperparameters(self) -> None:
+        """Put this config's lr, schedule (with its total steps), weight decay and betas into the
+        optimizer and scheduler just restored from a checkpoint (which carry the old ones)."""
+        c, sched = self.config, self.scheduler
+        schedules = [self._schedule() for _ in self.optimizer.param_groups]
+        sched.lr_lambdas = schedules
+        sched.base_lrs = [c.lr for _ in self.optimizer.param_groups]
+        decayed = c.optimizer != "adam"  # "adam" has no decay; the others: [decayed, exempt] (optim.param_groups)
+        for i, (group, factor) in enumerate(zip(self.optimizer.param_groups, schedules)):
+            group["initial_lr"] = c.lr
+            group["lr"] = c.lr * factor(sched.last_epoch)  # the lr of the next step under the new schedule
+            if "betas" in group:
+                group["betas"] = tuple(c.betas)
+            if decayed and i == 0:  # the exempt group (norms, biases) stays at 0
+                group["weight_decay"] = c.weight_decay
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]
