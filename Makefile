@@ -29,20 +29,25 @@ _vendor/.complete: tools/vendor_assets.py $(STAMP)
 book: $(STAMP) _vendor/.complete
 	$(BIN)/jupyter-book build . --path-output . --warningiserror --nitpick --keep-going
 	$(BIN)/python tools/check_site.py _build/html
+	$(BIN)/python tools/check_layout.py _build/html   # in headless Chromium when one is installed
 	@echo "The book is in _build/html/index.html"
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-current-env book -p no:cacheprovider --nbval-sanitize-with book/sanitize.cfg
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+		--nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider book
 
-# Unit tests in parallel; then the chapters one after another, each with all the cores (a chapter that
-# trains a model runs about twice as fast on two threads as on one, and two chapters sharing the cores
-# oversubscribe them); then the strict book build.
+# Unit tests in parallel (the gpu dry run of every chapter among them: tests/test_gpu_dry_run.py); then the
+# chapters under nbval, also in parallel, one chapter per worker (--dist loadfile keeps a notebook's cells
+# in one kernel): companion.profile() runs each chapter on one torch thread, and OMP_NUM_THREADS=1 keeps
+# NumPy and the kernels' other libraries from spawning a thread per core each (CONTRIBUTING.md, "Threads
+# and determinism"); then the strict book build.
 test: $(STAMP) _vendor/.complete
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider book
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
+		--nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider book
 	$(MAKE) --no-print-directory book
 
 clean:

@@ -4,6 +4,8 @@
   book's budget (120 s a chapter, 20 minutes for the whole book, on 2 CPU cores).
 - Fails the run if --nbval was given but some notebook under book/ was not collected, so a
   renamed or mis-pathed chapter cannot drop out of testing silently.
+- Registers the ``dry_run`` marker (tests/test_gpu_dry_run.py: every chapter in the gpu profile's
+  CPU dry run), so ``-m "not dry_run"`` leaves those out of a quick local run.
 """
 
 from __future__ import annotations
@@ -20,24 +22,35 @@ ROOT = Path(__file__).parent
 
 os.environ.setdefault("COMPANION_PROFILE", "quick")
 # Under pytest-xdist several workers (and the notebook kernels they start) share the cores; with torch's
-# default of one thread per core they oversubscribe them, and small models then run many times slower.
-# One thread per worker keeps the run fast. (`make test` runs the notebooks in a separate, serial
-# pytest run, with every core, as tools/execute_notebooks.py does when it stores their outputs.)
+# default of one thread per core they oversubscribe them, and small models then run many times slower
+# (CONTRIBUTING.md, "Threads and determinism"). One thread per worker keeps the run fast; the notebook
+# kernels inherit the setting, and `companion.profile()` pins torch to one thread in the quick profile
+# anyway, so `make test` runs the chapters in parallel, one per worker.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _durations: dict[str, float] = defaultdict(float)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "dry_run: a chapter executed in the gpu profile's CPU dry run (tests/test_gpu_dry_run.py)"
+    )
+
+
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::", 1)[0]
     if path.endswith(".ipynb"):
         _durations[path] += report.duration  # setup + call + teardown
+    elif path.endswith("test_gpu_dry_run.py") and "[" in report.nodeid and report.nodeid.endswith(".ipynb]"):
+        _durations[f"{report.nodeid.rsplit('[', 1)[1][:-1]} (gpu dry run)"] += report.duration
 
 
 def pytest_collection_finish(session):
     if not session.config.getoption("nbval", default=False):
         return
+    if getattr(session.config, "workerinput", None) is None and session.config.getoption("numprocesses", default=None):
+        return  # the pytest-xdist controller collects nothing; each worker runs this check on its own collection
     if session.config.getoption("collectonly", default=False) or not any(
         str(a).rstrip("/").endswith("book") or a in (".", str(ROOT)) for a in session.config.args
     ):
@@ -56,8 +69,11 @@ def pytest_terminal_summary(terminalreporter):
     tr.section("notebook execution time (slowest first)")
     total = 0.0
     for path, secs in sorted(_durations.items(), key=lambda kv: -kv[1]):
-        total += secs
         flag = "  OVER BUDGET" if secs > CHAPTER_BUDGET_S else ""
         tr.write_line(f"{secs:8.1f} s  {path}{flag}")
-    flag = "  OVER BUDGET" if total > BOOK_BUDGET_S else ""
-    tr.write_line(f"{total:8.1f} s  all notebooks (budget {CHAPTER_BUDGET_S:.0f} s a chapter, {BOOK_BUDGET_S / 60:.0f} min in all){flag}")
+        if path.endswith(".ipynb"):
+            total += secs
+    if total:
+        flag = "  OVER BUDGET" if total > BOOK_BUDGET_S else ""
+        tr.write_line(f"{total:8.1f} s  all notebooks, summed (budget {CHAPTER_BUDGET_S:.0f} s a chapter, "
+                      f"{BOOK_BUDGET_S / 60:.0f} min in all){flag}")

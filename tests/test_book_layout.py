@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_notebook_conventions(nb_path):
             assert "image/svg+xml" not in out.get("data", {}), "use PNG figures (nbval compares SVG text)"
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert "Learning objectives" in text and "## Summary" in text and "## Exercises" in text
-    exercises = re.findall(r"```\{exercise\}\s*\n:label: (\S+)", text)
+    exercises = re.findall(r"```\{exercise\}[^\n]*\n:label: (\S+)", text)  # title: difficulty
     assert len(exercises) >= 4, "a chapter needs at least four exercises"
     solutions = re.findall(r"\{solution-start\} (\S+)", text)
     assert set(exercises) <= set(solutions), f"exercises without worked solutions: {set(exercises) - set(solutions)}"
@@ -63,3 +64,75 @@ def test_citations_resolve():
         for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", text):
             for key in group.split(","):
                 assert key.strip() in keys, f"{source.name} cites unknown key {key.strip()!r}"
+
+
+def test_metadata_names_the_project_not_anonymous_authors():
+    yaml = pytest.importorskip("yaml")
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    title = "Attention, from Translation to Serving"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [config["author"], *(a["name"] for a in citation["authors"]), *(a["name"] for a in project["authors"])]
+    for name in names:
+        assert title in name and "book's authors" not in name, name
+
+
+def test_bibliography_lists_cited_works_first_in_author_year_form():
+    yaml = pytest.importorskip("yaml")
+    page = (BOOK / "bibliography.md").read_text()
+    assert ":all:" not in page and ":filter: cited" in page
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]
+    assert config["config"]["bibtex_reference_style"] == "author_year"
+    assert config["config"]["bibtex_default_style"] == "authoryear" and "bibstyle" in config["local_extensions"]
+
+
+def test_bibliography_labels_read_like_the_citations():
+    pybtex = pytest.importorskip("pybtex.database")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import bibstyle
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    db = pybtex.parse_string(
+        "@misc{a, author={Ashish Vaswani and Noam Shazeer and Niki Parmar}, title={X}, year={2017}}"
+        "@misc{b, author={Jimmy Ba and Geoffrey Hinton}, title={Y}, year={2016}}"
+        "@misc{c, author={Hugo Touvron}, title={L1}, year={2023}}"
+        "@misc{d, author={Hugo Touvron}, title={L2}, year={2023}}"
+        "@misc{e, author={Laurens van der Maaten}, title={Z}, year={2008}}",
+        "bibtex",
+    )
+    labels = [e.label for e in bibstyle.AuthorYearStyle().format_bibliography(db)]
+    assert labels == ["Ba and Hinton, 2016", "Touvron, 2023a", "Touvron, 2023b", "van der Maaten, 2008",
+                      "Vaswani et al., 2017"]
+
+
+def _tool(name):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+
+def test_stylesheet_holds_the_layout_rules_check_site_requires():
+    check_site = _tool("check_site")
+    assert check_site.css_problems((ROOT / "_static" / "companion.css").read_text()) == []
+    broken = "div.math > mjx-container[display=\"true\"] { min-width: 0; }\n/* overflow-x: auto */"
+    missing = check_site.css_problems(broken)
+    assert "_static/companion.css: div.math > mjx-container[display=\"true\"] lacks 'overflow-x: auto'" in missing
+    assert len(missing) == len(check_site.REQUIRED_CSS) - 1
+
+
+def test_layout_problems_from_a_browser_measurement():
+    check_layout = _tool("check_layout")
+    good = {"width": 1280, "client": 1280, "page": 1280, "code_chars": 89, "wide": [],
+            "math": [{"id": "eq-a", "overflows": True, "overflow_x": "auto", "overlap": False}]}
+    assert check_layout.problems_of(good) == []
+    bad = {"width": 1280, "client": 1280, "page": 1400, "code_chars": 77, "wide": ["code.docutils (1400 px)"],
+           "math": [{"id": "eq-b", "overflows": True, "overflow_x": "visible", "overlap": True}]}
+    problems = check_layout.problems_of(bad)
+    assert len(problems) == 4
+    assert problems[0].startswith("the page scrolls sideways (1400 px in a 1280 px window")
+    assert "fits 77 characters" in problems[1] and "eq-b is wider than its box" in problems[2]
+    assert problems[3] == "equation eq-b: its number overlaps the equation"

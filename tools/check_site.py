@@ -8,12 +8,16 @@ For every HTML page it checks that
 and for chapter pages (built from notebooks) that
 - MathJax comes from the vendored copy, and pages with widgets carry their saved widget state and
   the vendored widget manager;
-- exercises' solutions are collapsed (a dropdown) and equations are numbered.
+- exercises' solutions are collapsed (a dropdown) and equations are numbered;
+- the book's own stylesheet (_static/companion.css) is linked and holds the layout rules that
+  tools/check_layout.py measures in a browser: display maths scrolls sideways inside its own box
+  beside its number, and code cells fit an 88-character line at 1280 px.
 """
 
 from __future__ import annotations
 
 import sys
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -45,6 +49,29 @@ class Refs(HTMLParser):
             self.solution_dropdowns += 1
         if tag == "span" and "eqno" in classes:
             self.equation_numbers += 1
+
+
+# (selector, declaration) pairs that _static/companion.css must contain; see that file for the reasons.
+REQUIRED_CSS = [
+    ('div.math > mjx-container[display="true"]', "overflow-x: auto"),
+    ('div.math > mjx-container[display="true"]', "min-width: 0"),
+    ("div.math", "flex-direction: row-reverse"),
+    ("div.math > span.eqno", "flex: none"),
+    ("span.math > mjx-container", "overflow-x: auto"),
+    ("div.cell div.cell_input pre", "font-size: 0.8125rem"),
+]
+
+
+def css_problems(css: str) -> list[str]:
+    """Required rules missing from the book's stylesheet (comments ignored, whitespace normalised)."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    rules = {}
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css):
+        declarations = {" ".join(d.split()) for d in body.split(";") if d.strip()}
+        for selector in selectors.split(","):
+            rules.setdefault(" ".join(selector.split()), set()).update(declarations)
+    return [f"_static/companion.css: {selector} lacks '{declaration}'"
+            for selector, declaration in REQUIRED_CSS if declaration not in rules.get(selector, set())]
 
 
 def local_target(page: Path, ref: str) -> Path | None:
@@ -86,6 +113,13 @@ def main(site: Path) -> int:
                 problems.append(f"{rel}: has exercises but no collapsed (dropdown) solution")
             if refs.equation_numbers == 0:
                 problems.append(f"{rel}: no numbered equation found")
+            if not any(s.split("?")[0].endswith("_static/companion.css") for s in refs.styles):
+                problems.append(f"{rel}: does not link the book's stylesheet _static/companion.css")
+    stylesheet = site / "_static" / "companion.css"
+    if stylesheet.exists():
+        problems += css_problems(stylesheet.read_text())
+    else:
+        problems.append("_static/companion.css is missing from the build")
     for p in problems:
         print("check_site:", p)
     print(f"check_site: {len(pages)} pages, {notebook_pages} from notebooks, {len(problems)} problems")

@@ -1,0 +1,167 @@
+"""The gpu profile's code paths, run on the CPU: every chapter top to bottom under
+``COMPANION_PROFILE=gpu COMPANION_DRY_RUN=1`` (outputs are not compared; an error fails), and the
+profile's own rules for the dry run (``companion.notebook.profile``).
+
+In a dry run a chapter takes the gpu branch of everything it decides with ``P.pick`` / ``P.is_gpu``
+(bf16 autocast, torch.compile, the attention backend, the larger schedule's code) at the quick sizes
+(or the ``dry=`` size it names), and ``P.steps`` caps every training run at ``DRY_RUN_STEPS`` steps,
+so a chapter costs seconds. A chapter added to book/ is picked up here without a change.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from companion.notebook.profile import (
+    DRY_RUN_STEPS,
+    DRY_RUN_VAR,
+    ENV_VAR,
+    THREADS_VAR,
+    Profile,
+    profile,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+CELL_TIMEOUT_S = 600
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def clean_env(monkeypatch, restore_threads):
+    for var in (ENV_VAR, DRY_RUN_VAR, THREADS_VAR):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+# ----------------------------------------------------------------------------- every chapter
+
+
+@pytest.mark.dry_run
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, monkeypatch, tmp_path):
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv(ENV_VAR, "gpu")
+    monkeypatch.setenv(DRY_RUN_VAR, "1")
+    monkeypatch.delenv(THREADS_VAR, raising=False)   # the dry run pins torch to one thread itself
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    nb = nbformat.read(nb_path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
+    )
+    error = None
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as e:
+        error = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel's traceback comes coloured
+    if error is not None:  # failed outside the except block, so pytest does not print the chained traceback
+        failed = tmp_path / nb_path.name
+        nbformat.write(nb, failed)
+        pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {failed}):\n{error[-4000:]}",
+                    pytrace=False)
+    setup = "".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+        if out.get("output_type") == "stream"
+    )
+    assert "profile=gpu (dry run)" in setup, "the chapter did not print its profile; is companion.profile() called?"
+
+
+# ----------------------------------------------------------------------------- the profile's rules
+
+
+def test_dry_run_takes_the_gpu_branch_on_the_cpu_at_quick_sizes(clean_env):
+    clean_env.setenv(ENV_VAR, "gpu")
+    clean_env.setenv(DRY_RUN_VAR, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "CUDA is absent" warning: the dry run means to be on the CPU
+        p = profile()
+    assert p.is_gpu and p.dry_run and p.device.type == "cpu"
+    assert p.pick(quick=64, gpu=512) == 64
+    assert p.pick(quick=64, gpu=512, dry=32) == 32
+    assert str(p) == "profile=gpu (dry run) device=cpu seed=0"
+
+
+def test_dry_run_caps_training_steps():
+    dry = Profile(name="gpu", device=torch.device("cpu"), dry_run=True)
+    assert dry.steps(quick=1600, gpu=20_000) == DRY_RUN_STEPS == 3
+    assert dry.steps(quick=2, gpu=20_000) == 2          # never more than the quick budget
+    assert Profile(name="gpu", device=torch.device("cpu")).steps(quick=1600, gpu=20_000) == 20_000
+    assert Profile(name="quick", device=torch.device("cpu")).steps(quick=1600, gpu=20_000) == 1600
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "100"])
+def test_steps_must_be_positive_ints(bad):
+    p = Profile(name="quick", device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="quick must be a positive int"):
+        p.steps(quick=bad, gpu=10)
+    with pytest.raises(ValueError, match="gpu must be a positive int"):
+        p.steps(quick=10, gpu=bad)
+
+
+def test_pick_ignores_dry_outside_the_dry_run():
+    assert Profile(name="quick", device=torch.device("cpu")).pick(quick=1, gpu=2, dry=3) == 1
+    assert Profile(name="gpu", device=torch.device("cpu")).pick(quick=1, gpu=2, dry=3) == 2
+
+
+def test_dry_run_needs_the_gpu_profile(clean_env):
+    clean_env.setenv(DRY_RUN_VAR, "1")
+    with pytest.raises(ValueError, match="needs \\$COMPANION_PROFILE=gpu"):
+        profile()
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "on"])
+def test_dry_run_flag_is_0_or_1(clean_env, value):
+    clean_env.setenv(ENV_VAR, "gpu")
+    clean_env.setenv(DRY_RUN_VAR, value)
+    with pytest.raises(ValueError, match="must be 0 or 1"):
+        profile()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_thread_override_must_be_a_positive_integer(clean_env, value):
+    clean_env.setenv(THREADS_VAR, value)
+    with pytest.raises(ValueError, match="COMPANION_THREADS must be a positive integer"):
+        profile()
+
+
+def test_quick_profile_pins_one_thread_and_the_override_wins(clean_env):
+    torch.set_num_threads(2)
+    profile("quick")
+    assert torch.get_num_threads() == 1
+    clean_env.setenv(THREADS_VAR, "2")
+    profile("quick")
+    assert torch.get_num_threads() == 2
+
+
+def test_dry_run_pins_one_thread_and_the_real_gpu_profile_keeps_torchs_count(clean_env):
+    clean_env.setenv(DRY_RUN_VAR, "1")
+    torch.set_num_threads(2)
+    profile("gpu")
+    assert torch.get_num_threads() == 1              # the dry run shares CI's cores like the quick profile
+    clean_env.setenv(DRY_RUN_VAR, "0")
+    torch.set_num_threads(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # "CUDA is absent" on a machine without a GPU
+        profile("gpu")
+    assert torch.get_num_threads() == 2
+
+
+def test_dry_run_is_deterministic(clean_env):
+    clean_env.setenv(ENV_VAR, "gpu")
+    clean_env.setenv(DRY_RUN_VAR, "1")
+    profile(seed=3)
+    a = torch.rand(4)
+    profile(seed=3)
+    assert torch.equal(a, torch.rand(4))
