@@ -181,3 +181,55 @@ def test_a_diverging_run_exits_non_zero_with_a_clear_message(tmp_path, capsys):
     assert code == 1 and stdout == ""
     assert stderr.startswith("error: training stopped: the ") and "no checkpoint of the" in stderr
     assert not list((tmp_path / "run").glob("step-*"))  # nothing diverged was saved
+
+
+def _old_sampler(model, ids, max_new_tokens, temperature, top_k, seed):
+    """The CLI's sampler as it was before it used generate's filters, kept here as the reference:
+    crop to the context, divide by the temperature, mask below the k-th logit, one multinomial draw."""
+    generator = torch.Generator().manual_seed(seed)
+    out = list(ids)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(torch.tensor([out[-model.config.context_length:]]))[0, -1].float()
+            if temperature == 0:
+                out.append(int(logits.argmax()))
+                continue
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.numel():
+                logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
+            out.append(int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)))
+    return out
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.0, None), (1.0, None), (0.8, 5)])
+def test_cli_sampler_uses_generate_filters_with_the_same_draws(temperature, top_k, monkeypatch):
+    from companion.inference import generate as gen
+    from companion.models import from_preset
+    from companion.training.cli import sample_lm
+
+    torch.manual_seed(0)
+    model = from_preset("gpt2-tiny", vocab_size=40, block_size=8).eval()
+    prompt = [3, 1, 4, 1, 5]
+    calls = []
+    real = gen.sample
+    monkeypatch.setattr(gen, "sample", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = sample_lm(model, prompt, 12, temperature, top_k, seed=3)  # 5 + 12 tokens > the context of 8: slides
+    assert len(calls) == 12  # every token came through generate's sampler
+    assert got == _old_sampler(model, prompt, 12, temperature, top_k, seed=3)
+    if temperature:
+        assert got != sample_lm(model, prompt, 12, temperature, top_k, seed=4)  # the seed matters
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        sample_lm(model, prompt, 1, 1.0, 0)
+
+
+def test_train_parallel_flag_reaches_the_config_and_is_validated(capsys):
+    from companion.training.cli import build_run
+
+    train = subparsers()["train"]
+    assert "--parallel" in train.format_help()
+    args = train.parse_args(["--preset", "gpt2-tiny", "--data", "copy", "--parallel", "fsdp", "--steps", "1"])
+    assert build_run(args)[3].parallel == "fsdp"
+    assert train.parse_args(["--preset", "gpt2-tiny", "--data", "copy"]).parallel == "ddp"
+    with pytest.raises(SystemExit):
+        train.parse_args(["--preset", "gpt2-tiny", "--data", "copy", "--parallel", "zero3"])
+    assert "invalid choice: 'zero3'" in capsys.readouterr().err

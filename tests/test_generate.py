@@ -88,6 +88,9 @@ def test_sampling_filters():
         (dict(top_k=0), "top_k must be >= 1"),
         (dict(page_size=0, cache="paged"), "page_size must be >= 1"),
         (dict(cache="ring"), "cache must be one of"),
+        (dict(cache="contiguous", kv_bits=8), r"kv_bits applies only to cache='paged'.*kv_bits=8 with cache='contiguous'"),
+        (dict(cache="none", kv_bits=4), r"kv_bits applies only to cache='paged'.*kv_bits=4 with cache='none'"),
+        (dict(cache="paged", kv_bits=3), r"kv_bits must be None or one of \(8, 4\); got 3"),
     ],
 )
 def test_bad_input(kwargs, match):

@@ -369,3 +369,34 @@ def test_bad_inputs_give_clear_errors():
         Trainer(tiny_gpt(), None, quiet()).train_step()
     with pytest.raises(ValueError, match="out_dir must be given"):
         Trainer(tiny_gpt(), None, quiet()).save_checkpoint()
+
+
+def test_model_kind_comes_from_the_family_registry_and_round_trips():
+    from companion.models import from_preset
+    from companion.models.common import FAMILIES
+
+    for name in ("llama-like", "gpt2-tiny", "tiny"):
+        model = from_preset(name)
+        kind = ckpt.model_kind(model)
+        assert type(model) is FAMILIES[kind].model
+        rebuilt = ckpt.build_model(ckpt.config_dict(model))
+        assert type(rebuilt) is type(model) and rebuilt.config == model.config
+    assert not hasattr(ckpt, "MODEL_KINDS")
+
+    class Custom(GPT):
+        pass
+
+    with pytest.raises(ValueError, match="model must be a Decoder, GPT or Seq2SeqTransformer"):
+        ckpt.model_kind(Custom(tiny_gpt().config))
+    with pytest.raises(ValueError, match=r"config 'model' must be one of \[.*'gpt'.*\]; got 'rnn'"):
+        ckpt.build_model({"model": "rnn"})
+
+
+def test_noam_schedule_reads_d_model_of_every_family():
+    from companion.training.optim import Noam
+
+    for model in (tiny_gpt(), tiny_seq2seq()):
+        trainer = Trainer(model, None, quiet(schedule="noam", warmup=4, lr=1.0))
+        d = model.config.d_model  # GPT: n_embd under its shared name
+        assert d == 32
+        assert [trainer.scheduler.lr_lambdas[0](s) for s in range(8)] == [Noam(d, 4)(s) for s in range(8)]

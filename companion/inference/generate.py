@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from companion.cache import PackedBatchCache
+from companion.inference.kvquant import BITS as KV_BITS
 from companion.inference.paged import PagedKVCache
 
 __all__ = [
@@ -242,6 +243,11 @@ def stream(
         raise ValueError(f"cache must be one of {CACHE_MODES}; got {cache!r}")
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1; got {page_size}")
+    if kv_bits is not None and cache != "paged":  # only the page pool stores quantised K/V
+        raise ValueError(f"kv_bits applies only to cache='paged' (quantised pages); got kv_bits={kv_bits!r} with "
+                         f"cache={cache!r}: drop kv_bits or use cache='paged'")
+    if kv_bits is not None and kv_bits not in KV_BITS:
+        raise ValueError(f"kv_bits must be None or one of {KV_BITS}; got {kv_bits!r}")
     if not isinstance(keep_logits, bool):
         raise ValueError(f"keep_logits must be True or False; got {keep_logits!r}")
     prompts = check_prompts(model, prompts)
@@ -329,7 +335,7 @@ def generate(
 
     Sampling settings come as ``params`` or as keywords (max_new_tokens, temperature, top_k, top_p,
     stop_tokens, seed). ``cache`` in ``CACHE_MODES``; ``page_size`` and ``kv_bits`` (None, 8, 4) apply
-    to "paged". ``stream_tokens=True`` returns the step iterator of ``stream`` instead.
+    to "paged" (``kv_bits`` with another cache is a ValueError, not silently ignored). ``stream_tokens=True`` returns the step iterator of ``stream`` instead.
     ``keep_logits=True`` also returns each step's raw logits (``GenerationResult.logits``, on the CPU);
     by default they are not copied and ``logits`` is None.
     """

@@ -31,33 +31,23 @@ every entry point raises an error that says what to install.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
 from companion.attention import resolve_scale
+from companion.kernels import _triton
+from companion.kernels._triton import INTERPRET, LOG2E, tl, triton  # noqa: F401  (triton, tl: see _triton)
 from companion.kernels.flash import check_causal_window
-
-try:  # optional dependency: the rest of the package must import without it
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised where triton is absent
-    triton = None
-    tl = None
 
 __all__ = ["triton_attention", "flash_forward", "flash_backward", "triton_available", "INTERPRET", "HEAD_DIMS"]
 
-# Triton reads this variable when a kernel is decorated, i.e. when this module is imported.
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs every dimension >= 16; the register tile needs a power of two
 DTYPES = (torch.float16, torch.bfloat16)
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2 e)
 
 
 def triton_available() -> bool:
     """True when triton is importable and the kernels can run: on CUDA, or under the interpreter."""
-    return triton is not None and (torch.cuda.is_available() or INTERPRET)
+    return _triton.runnable(INTERPRET)  # this module's INTERPRET, which a test may set
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,14 +239,8 @@ if triton is not None:
 
 
 def _require_runtime(q: Tensor) -> None:
-    if not (q.is_cuda or INTERPRET):
-        raise ValueError(
-            f"backend='triton' needs CUDA tensors; q is on {q.device}. Use backend='tiled' (same algorithm in "
-            "PyTorch) or 'sdpa' on a CPU, or set TRITON_INTERPRET=1 before importing companion.kernels.triton_flash "
-            "to run the kernels slowly under Triton's interpreter."
-        )
-    if triton is None:
-        raise ImportError("backend='triton' needs the triton package: pip install 'companion[triton]' (or pip install triton)")
+    _triton.require_runtime(q, INTERPRET, what="backend='triton'", cpu_choice="backend='tiled' (same algorithm in "
+                            "PyTorch) or 'sdpa'", module="companion.kernels.triton_flash")
 
 
 def _validate(q, k, v, causal, window, scale) -> float:

@@ -39,30 +39,19 @@ Triton is optional (``pip install 'companion[triton]'``): without it this module
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
+from companion.kernels import _triton
+from companion.kernels._triton import INTERPRET, LOG2E, tl, triton  # noqa: F401  (triton, tl: see _triton)
 from companion.kernels.paged_reference import check_paged_attention_args
 
-try:  # optional dependency: the rest of the package must import without it
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised where triton is absent
-    triton = None
-    tl = None
-
 __all__ = ["paged_attention", "triton_available", "INTERPRET"]
-
-# Triton reads this variable when a kernel is decorated, i.e. when this module is imported.
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
 
 
 def triton_available() -> bool:
     """True when triton is importable and the kernel can run: on CUDA, or under the interpreter."""
-    return triton is not None and (torch.cuda.is_available() or INTERPRET)
+    return _triton.runnable(INTERPRET)  # this module's INTERPRET, which a test may set
 
 
 if triton is not None:
@@ -135,14 +124,8 @@ if triton is not None:
 
 
 def _require_runtime(q: Tensor) -> None:
-    if not (q.is_cuda or INTERPRET):
-        raise ValueError(
-            f"kernel='triton' needs CUDA tensors; q is on {q.device}. Use kernel='reference' (gather through the "
-            "block table, then attention, in PyTorch) on a CPU, or set TRITON_INTERPRET=1 before importing "
-            "companion.kernels.triton_paged to run the kernel slowly under Triton's interpreter."
-        )
-    if triton is None:
-        raise ImportError("kernel='triton' needs the triton package: pip install 'companion[triton]' (or pip install triton)")
+    _triton.require_runtime(q, INTERPRET, what="kernel='triton'", cpu_choice="kernel='reference' (gather through "
+                            "the block table, then attention, in PyTorch)", module="companion.kernels.triton_paged")
 
 
 def _pow2_at_least(x: int, floor: int) -> int:

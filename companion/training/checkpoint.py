@@ -1,9 +1,10 @@
 """Checkpoints without pickle: safetensors weights, JSON config, training state, SHA-256 manifest.
 
 What this module provides
-- ``MODEL_KINDS``: ``"decoder"``, ``"gpt"``, ``"seq2seq"`` -> (model class, config class).
-- ``model_kind(model) -> str`` and ``config_dict(model) -> dict``: ``{"model": kind, **config fields}``,
-  the ``config.json`` layout (the one ``python -m companion generate --checkpoint`` reads too).
+- ``model_kind(model) -> str``: ``"decoder"``, ``"gpt"`` or ``"seq2seq"``, the model's family in
+  ``companion.models.common.FAMILIES`` (the registry that also maps a kind back to its classes).
+- ``config_dict(model) -> dict``: ``{"model": kind, **config fields}``, the ``config.json`` layout
+  (the one ``python -m companion generate --checkpoint`` reads too).
 - ``build_model(config, max_elements=None)``: a model from a config.json dict, sizes bounded first.
 - ``save_checkpoint(run_dir, step, model, tokenizer=None, state=None, keep=2) -> Path``: writes
   ``run_dir/step-00000200/`` and points ``run_dir/latest`` at it.
@@ -12,6 +13,8 @@ What this module provides
 - ``resolve(path) -> Path``: a run directory (follows ``latest``) or one step directory.
 - ``load_model(path, device="cpu", max_elements=None) -> nn.Module``: a model rebuilt from
   ``config.json`` with its weights.
+- ``read_weights(model, path) -> dict``: the checkpoint's full state dict, checked against ``model``'s
+  config (the trainer hands it to FSDP, which keeps each process's shards).
 - ``load_weights(model, path)``: weights into an existing model; a model of another config raises a
   ValueError naming every mismatched field.
 - ``load_state(path) -> dict | None`` and ``load_tokenizer(path)``: the training state and tokenizer.
@@ -76,8 +79,8 @@ from companion.files import atomic_write_bytes, sha256_file
 from companion.models import unwrap
 
 __all__ = [
-    "MODEL_KINDS", "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "resolve",
-    "load_model", "load_weights", "load_state", "load_tokenizer", "encode_state", "decode_state",
+    "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "resolve",
+    "load_model", "load_weights", "read_weights", "load_state", "load_tokenizer", "encode_state", "decode_state",
     "atomic_write_bytes", "FORMAT", "FIELD_LIMITS", "MAX_ELEMENTS", "FAULT_ENV",
 ]
 
@@ -103,20 +106,33 @@ FIELD_LIMITS: dict[str, int] = {
 MAX_ELEMENTS = 1 << 31  # parameters + buffers of a loaded model (override: max_elements= or $COMPANION_MAX_ELEMENTS)
 
 
-def _kinds() -> dict[str, tuple[type, type]]:
-    from companion.models import GPT, Decoder, DecoderConfig, GPTConfig, Seq2SeqConfig, Seq2SeqTransformer
+def _families() -> dict:
+    """family name -> ``companion.models.common.Family`` (model and config classes), from the registry
+    each model module fills at import (importing ``companion.models`` imports all three)."""
+    import companion.models  # noqa: F401  (registers the families)
+    from companion.models.common import FAMILIES
 
-    return {"decoder": (Decoder, DecoderConfig), "gpt": (GPT, GPTConfig), "seq2seq": (Seq2SeqTransformer, Seq2SeqConfig)}
+    return FAMILIES
 
 
-MODEL_KINDS = ("decoder", "gpt", "seq2seq")
+def _plain_type(model: nn.Module) -> type:
+    """The model's own class; FSDP2's ``fully_shard`` swaps a module's class for a subclass
+    ``FSDP<Name>(FSDPModule, Name)``, which is still the same model."""
+    cls = type(model)
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return cls
+    if issubclass(cls, FSDPModule):
+        cls = next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
+    return cls
 
 
 def model_kind(model: nn.Module) -> str:
     """``"decoder"``, ``"gpt"`` or ``"seq2seq"`` for the book's three model classes."""
-    model = unwrap(model)
-    for kind, (cls, _) in _kinds().items():
-        if type(model) is cls:
+    cls = _plain_type(unwrap(model))
+    for kind, family in _families().items():
+        if cls is family.model:
             return kind
     raise ValueError(f"model must be a Decoder, GPT or Seq2SeqTransformer to be checkpointed; got {type(model).__name__}")
 
@@ -165,10 +181,10 @@ def build_model(config: dict, max_elements: int | None = None) -> nn.Module:
         raise ValueError(f"config.json must hold a JSON object; got {type(config).__name__}")
     config = dict(config)
     kind = config.pop("model", None)
-    kinds = _kinds()
-    if kind not in kinds:
-        raise ValueError(f"config 'model' must be one of {list(kinds)}; got {kind!r}")
-    cls, config_cls = kinds[kind]
+    families = _families()
+    if kind not in families:
+        raise ValueError(f"config 'model' must be one of {list(families)}; got {kind!r}")
+    cls, config_cls = families[kind].model, families[kind].config
     known = {f.name for f in fields(config_cls)}
     unknown = sorted(set(config) - known)
     if unknown:
@@ -355,13 +371,23 @@ def decode_state(obj, tensors: dict[str, Tensor]):
 # --- saving ----------------------------------------------------------------------------------------
 
 
-def _weights(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """State dict with shared tensors stored once: (tensors, {alias: stored name})."""
+def _weights(model: nn.Module, weights: dict[str, Tensor] | None = None) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """State dict (``weights``, default the model's own) with shared tensors stored once:
+    (tensors, {alias: stored name}). Sharing is found by storage and by parameter identity in the model
+    (a full state dict gathered from FSDP shards may hold two copies of a tied weight)."""
+    model = unwrap(model)
+    first_name: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first_name.setdefault(id(param), name)
+    tied = {name: first_name[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
     tensors, aliases, seen = {}, {}, {}
-    for name, value in unwrap(model).state_dict().items():
+    for name, value in (model.state_dict() if weights is None else weights).items():
         key = (value.data_ptr(), value.dtype, tuple(value.shape), value.stride()) if value.numel() else None
         if key is not None and key in seen:
             aliases[name] = seen[key]
+            continue
+        if tied.get(name, name) != name and tied[name] in tensors:
+            aliases[name] = tied[name]
             continue
         if key is not None:
             seen[key] = name
@@ -374,7 +400,8 @@ def _step_name(step: int) -> str:
 
 
 def save_checkpoint(
-    run_dir: Path | str, step: int, model: nn.Module, tokenizer=None, state: dict | None = None, keep: int | None = 2
+    run_dir: Path | str, step: int, model: nn.Module, tokenizer=None, state: dict | None = None, keep: int | None = 2,
+    weights: dict[str, Tensor] | None = None,
 ) -> Path:
     """Write ``run_dir/step-<step>/`` crash-safely, point ``run_dir/latest`` at it, keep the newest ``keep``.
 
@@ -386,6 +413,8 @@ def save_checkpoint(
         state: optional training state (see ``encode_state`` for what it may contain).
         keep: number of step directories to keep (None: all). The one just written is always kept;
             an older copy of the same step is always deleted.
+        weights: the full state dict to write instead of ``model.state_dict()`` (the trainer passes
+            the weights it gathered from FSDP shards; ``model`` still gives the config).
     Returns the step directory.
     """
     global _ops
@@ -398,7 +427,7 @@ def save_checkpoint(
     _remove_debris(run_dir)
     # build every file's bytes before touching the disk (an encoding error leaves nothing behind)
     files = {"config.json": (json.dumps(config_dict(model), indent=1, sort_keys=True) + "\n").encode()}
-    tensors, aliases = _weights(model)
+    tensors, aliases = _weights(model, weights)
     files["model.safetensors"] = _safetensors(tensors, {"format": FORMAT, "aliases": json.dumps(aliases, sort_keys=True)})
     if state is not None:
         structure, state_tensors = encode_state(state)
@@ -551,13 +580,13 @@ def _config_mismatch(saved: dict, model: nn.Module) -> list[str]:
     return problems
 
 
-def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
-    """Load a checkpoint's weights into ``model`` (in place, on the model's device); returns the model.
+def read_weights(model: nn.Module, path: Path | str) -> dict[str, Tensor]:
+    """A checkpoint's full state dict (on the CPU, tied names restored), after checking that it was
+    written for ``model``'s config (ValueError naming each mismatched field, or the corrupted file)."""
+    return _read_weights(model, _verified(path))
 
-    Raises ValueError when the checkpoint is corrupted or was written for a different config; the
-    message names each mismatched config field.
-    """
-    step_dir = _verified(path)
+
+def _read_weights(model: nn.Module, step_dir: Path) -> dict[str, Tensor]:
     saved = _read_json(step_dir / "config.json")
     if not isinstance(saved, dict):
         raise ValueError(f"checkpoint file {step_dir / 'config.json'} is corrupted (not a JSON object)")
@@ -572,6 +601,17 @@ def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
             tensors[alias] = tensors[stored]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"checkpoint file {file} is corrupted (bad 'aliases' metadata: {e!r})") from None
+    return tensors
+
+
+def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
+    """Load a checkpoint's weights into ``model`` (in place, on the model's device); returns the model.
+
+    Raises ValueError when the checkpoint is corrupted or was written for a different config; the
+    message names each mismatched config field.
+    """
+    step_dir = _verified(path)
+    tensors = _read_weights(model, step_dir)
     target = unwrap(model)
     try:
         target.load_state_dict(tensors, strict=True)

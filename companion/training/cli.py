@@ -5,11 +5,13 @@ What this module provides
 - ``DATASETS``: the names ``--data`` accepts (or a path to a UTF-8 ``.txt`` file).
 - ``PROFILES``: the defaults of ``--profile quick`` (CPU, minutes) and ``--profile gpu``.
 - ``build_run(args) -> (model, data, tokenizer, TrainConfig)``: what ``train`` runs, for notebooks too.
-- ``sample_lm(model, ids, max_new_tokens, temperature, top_k, seed) -> list[int]``: plain sampling.
+- ``sample_lm(model, ids, max_new_tokens, temperature, top_k, seed) -> list[int]``: sampling with
+  ``generate``'s filters, sliding the context window past the model's context.
 
     python -m companion train --preset gpt2-tiny --data shakespeare --profile quick --out runs/shakespeare
     python -m companion sample --checkpoint runs/shakespeare --prompt "ROMEO:"
     torchrun --nproc_per_node 2 -m companion train ...      # DDP: gloo on CPU, nccl on GPUs
+    torchrun --nproc_per_node 2 -m companion train --parallel fsdp ...   # FSDP2: sharded weights
 """
 
 from __future__ import annotations
@@ -106,8 +108,7 @@ def build_run(args):
     """(model, data source, tokenizer or None, TrainConfig) from parsed ``train`` arguments."""
     from companion.data import load, make_pairs, split_text, to_lm
     from companion.data.synthetic import BOS, EOS, PAD
-    from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, gpt_from_preset, preset_config, seq2seq_from_preset
-    from companion.models.decoder import Decoder
+    from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, from_preset
     from companion.data.loaders import PairData, SequenceData
     from companion.training.trainer import TrainConfig
 
@@ -184,12 +185,13 @@ def build_run(args):
         if seq2seq:
             name = args.preset[len(SEQ2SEQ_PREFIX):]
             max_len = max(length, SEQ2SEQ_PRESETS[name].get("max_len", 512))
-            model = seq2seq_from_preset(name, **{"src_vocab_size": vocab, "tgt_vocab_size": vocab, "max_len": max_len, "pad_id": 0, **overrides})
+            sizes = {"src_vocab_size": vocab, "tgt_vocab_size": vocab, "max_len": max_len, "pad_id": 0}
         elif args.preset in GPT_PRESETS:
-            model = gpt_from_preset(args.preset, **{"vocab_size": vocab, "block_size": length, **overrides})
+            name, sizes = args.preset, {"vocab_size": vocab, "block_size": length}
         else:
-            config = preset_config(args.preset, **{"vocab_size": vocab, "max_seq_len": max(length, PRESETS[args.preset].get("max_seq_len", 256)), **overrides})
-            model = Decoder(config)
+            name = args.preset
+            sizes = {"vocab_size": vocab, "max_seq_len": max(length, PRESETS[name].get("max_seq_len", 256))}
+        model = from_preset(name, **{**sizes, **overrides})  # each family names its own length field
     except (TypeError, ZeroDivisionError) as e:
         settings = " ".join(f"--set {item}" for item in args.set) or "the preset"
         raise ValueError(f"the model cannot be built from {settings}: {e}") from None
@@ -198,7 +200,7 @@ def build_run(args):
         optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule, warmup=args.warmup,
         grad_clip=args.grad_clip or None, label_smoothing=args.label_smoothing, eval_every=args.eval_every,
         log_every=args.log_every, checkpoint_every=args.checkpoint_every, out_dir=args.out, precision=args.precision,
-        compile=args.compile, device=args.device, seed=args.seed, progress=False if args.no_progress else None,
+        compile=args.compile, parallel=args.parallel, device=args.device, seed=args.seed, progress=False if args.no_progress else None,
     )
     return model, data, tokenizer, config
 
@@ -242,35 +244,29 @@ def cmd_train(args) -> int:
 @torch.no_grad()
 def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
               seed: int = 0) -> list[int]:
-    """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context."""
+    """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context.
+
+    Each token is drawn by ``companion.inference.generate.sample`` (the same temperature and top-k
+    filters as ``generate``) from the logits of the last ``context_length`` tokens: unlike ``generate``,
+    this keeps going past the context by sliding the window, so it recomputes the window every step.
+    Settings are checked by ``SamplingParams`` (ValueError naming the field)."""
+    from companion.inference.generate import SamplingParams, context_length, sample
+
     if not ids:
         raise ValueError("the prompt must contain at least one token")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0; got {max_new_tokens!r}")
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be >= 0 and finite; got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1 or None; got {top_k}")
-    config = model.config
-    context = getattr(config, "max_seq_len", None) or config.block_size
-    generator = torch.Generator().manual_seed(seed)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    generator = params.generator()
+    context = context_length(model)
     device = next(model.parameters()).device
     out = list(ids)
-    for _ in range(max_new_tokens):
-        logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()
-        if temperature == 0:
-            out.append(int(logits.argmax()))
-            continue
-        logits = logits / temperature
-        if top_k is not None and top_k < logits.numel():
-            cutoff = logits.topk(top_k).values[-1]
-            logits = logits.masked_fill(logits < cutoff, float("-inf"))
-        out.append(int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)))
+    for _ in range(params.max_new_tokens):
+        logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()  # (V,)
+        out.append(sample(logits, params, generator))
     return out
 
 
 def cmd_sample(args) -> int:
-    from companion.training.checkpoint import load_model, load_tokenizer
+    from companion.training.checkpoint import load_model, load_tokenizer, model_kind
     from companion.training.trainer import check_device
 
     if args.max_new_tokens < 0:
@@ -288,7 +284,7 @@ def cmd_sample(args) -> int:
             prompt = [int(t) for t in args.prompt.split()]
         except ValueError:
             raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
-    if hasattr(model, "encode"):  # encoder-decoder: translate the prompt
+    if model_kind(model) == "seq2seq":  # encoder-decoder: translate the prompt
         from companion.inference.translate import beam_search_one, greedy_decode
 
         specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
@@ -303,7 +299,7 @@ def cmd_sample(args) -> int:
             hyp = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], args.beam_size, args.alpha, max_len)[0]
         out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
     else:
-        context = getattr(model.config, "max_seq_len", None) or model.config.block_size
+        context = model.config.context_length
         if len(prompt) > context:
             print(f"note: the prompt has {len(prompt)} tokens, more than the model's context of {context}; "
                   f"the model sees only its last {context} tokens", file=sys.stderr)
@@ -318,7 +314,7 @@ def add_subcommands(sub) -> None:
     t = sub.add_parser(
         "train", help="train a model of the book on a corpus, with checkpoints",
         description="Train a model on a corpus. Defaults come from --profile; every option below overrides them. "
-                    "Under torchrun the same command trains with DDP.",
+                    "Under torchrun the same command trains with DDP (or FSDP2 with --parallel fsdp).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())}")
@@ -346,6 +342,9 @@ def add_subcommands(sub) -> None:
     t.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"), help="auto: bf16 autocast on CUDA, fp32 on CPU")
     t.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="wrap the model in torch.compile (profile: gpu on)")
     t.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (profile: quick cpu, gpu the best present)")
+    t.add_argument("--parallel", default="ddp", choices=("ddp", "fsdp"),
+                   help="under torchrun: ddp (each process holds the whole model) or fsdp (FSDP2: each holds a shard of "
+                        "every weight, gradient and optimizer state); one process: ignored")
     t.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
     t.add_argument("--max-words", type=int, default=None, help="Bible corpora: longest verse kept, in words (quick 12, gpu 48)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",

@@ -170,13 +170,29 @@ def clip_grad_norm(parameters: Iterable[Tensor] | Tensor, max_norm: float, eps: 
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach(), 2.0) for g in grads]), 2.0)
+    # FSDP's gradients are DTensors sharded across processes: square-sum this process's shards, then
+    # all-reduce the sum over the shards' process group (||g||^2 is a sum over all elements).
+    group = next((g.device_mesh.get_group() for g in grads if _sharded(g)), None)
+    local = [g.to_local() if _sharded(g) else g for g in grads]
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach(), 2.0) for g in local]), 2.0)
+    if group is not None:
+        import torch.distributed as dist
+
+        squares = total.float() ** 2
+        dist.all_reduce(squares, group=group)
+        total = squares.sqrt()
     if not torch.isfinite(total):
         return total
     scale = torch.clamp(max_norm / (total + eps), max=1.0)
-    for g in grads:
+    for g in local:
         g.detach().mul_(scale.to(g.device, g.dtype))
     return total
+
+
+def _sharded(t: Tensor) -> bool:
+    """A DTensor split across processes (every placement a Shard), as fully_shard makes them."""
+    placements = getattr(t, "placements", None)
+    return placements is not None and all(p.is_shard() for p in placements)
 
 
 class Noam:

@@ -11,7 +11,10 @@ What this module provides
 - ``History``: the metrics of a run (one dict per logged step); ``history.plot()`` draws the curves.
 - Throughput: tokens/s, and model FLOPs utilisation (MFU) on CUDA from
   ``companion.accounting.training_flops_per_token`` and ``companion.accounting.peak_flops``.
-- DDP: ``setup_distributed()`` (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; gloo on CPU, nccl on GPU).
+- Several processes: ``setup_distributed()`` (torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; gloo on CPU,
+  nccl on GPU), then ``TrainConfig.parallel``: ``"ddp"`` (every process holds the whole model and
+  optimizer, gradients are averaged) or ``"fsdp"`` (torch's FSDP2, ``fully_shard``: every process holds
+  1/world of each parameter, gradient and optimizer state; see "FSDP" below).
 - ``check_device(name) -> torch.device``: a device name that exists here, or a one-line ValueError.
 - ``NonFiniteLoss``: raised by ``fit`` when the loss (or a weight about to be saved) is NaN or inf.
 - ``HYPERPARAMETERS``: the ``TrainConfig`` fields a resume compares with the checkpoint's.
@@ -33,6 +36,18 @@ per-token losses and the number of tokens that count; one optimizer step divides
 ``grad_accum`` micro-batches on all processes by their total token count, so accumulation and DDP give
 exactly the gradient of one big batch even when the batches hold different numbers of real tokens
 (padded pairs). Any object with this shape works, and so does any ``loss_fn`` with this signature.
+
+FSDP. With ``parallel="fsdp"`` under torchrun, each item of the model's ``nn.ModuleList``s (its
+transformer blocks) is sharded with ``torch.distributed.fsdp.fully_shard``, then the model itself (the
+embeddings, final norm and output layer), so a block's full weights exist only while that block runs.
+The gradient it computes is the same as DDP's (FSDP2 averages the reduce-scattered gradients over the
+processes, as DDP averages its all-reduced ones), so the loss scaling above holds unchanged. Checkpoints
+hold full weights, gathered to process 0 (``torch.distributed.checkpoint.state_dict`` with
+``full_state_dict=True, cpu_offload=True``): the same files a single process writes, which load into a
+single process with ``companion.training.checkpoint.load_model``. The optimizer state is saved in that
+API's form too (keyed by parameter name); resuming it needs the same world size and ``parallel``.
+Evaluation runs every validation batch on every process (a sharded forward is a collective, so all
+processes must run the same number of them). With one process ``parallel`` changes nothing.
 
 Precision: ``"auto"`` is bf16 autocast on CUDA and float32 on the CPU (``"bf16"`` forces autocast on the
 CPU too). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
@@ -68,12 +83,13 @@ from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, bui
 
 __all__ = [
     "TrainConfig", "Trainer", "History", "setup_distributed", "check_device", "NonFiniteLoss",
-    "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "HYPERPARAMETERS",
+    "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "HYPERPARAMETERS", "transformer_blocks",
 ]
 
 SCHEDULES = ("constant", "cosine", "noam")
 OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
 PRECISIONS = ("auto", "fp32", "bf16")
+PARALLEL = ("ddp", "fsdp")  # how several torchrun processes share a run (one process: no wrapping at all)
 
 # --- configuration ---------------------------------------------------------------------------------
 
@@ -103,6 +119,7 @@ class TrainConfig:
     out_dir: str | None = None
     precision: str = "auto"  # auto | fp32 | bf16
     compile: bool = False
+    parallel: str = "ddp"  # ddp | fsdp: how several torchrun processes share the work (module docstring)
     device: str | None = None  # None: cuda (this process's LOCAL_RANK) if available, else cpu
     seed: int = 0
     progress: bool | None = None  # None: on, except under pytest / $COMPANION_PROGRESS=0
@@ -139,6 +156,7 @@ class TrainConfig:
         need(real(self.label_smoothing) and 0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
         need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
+        need(self.parallel in PARALLEL, f"parallel must be one of {PARALLEL}; got {self.parallel!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -268,6 +286,45 @@ def check_device(name: str | torch.device) -> torch.device:
     return device
 
 
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The items of every ``nn.ModuleList`` in ``model`` that hold parameters, outermost lists first and
+    without looking inside an item: the transformer blocks of the book's models (GPT's and Decoder's
+    layers, the encoder's and decoder's layers of the 2017 model), which FSDP shards one by one."""
+    out: list[nn.Module] = []
+
+    def walk(module: nn.Module) -> None:
+        for child in module.children():
+            if isinstance(child, nn.ModuleList):
+                out.extend(item for item in child if next(item.parameters(), None) is not None)
+            else:
+                walk(child)
+
+    walk(model)
+    return out
+
+
+def _shard(model: nn.Module, device: torch.device, world: int) -> None:
+    """FSDP2: ``fully_shard`` each transformer block, then the root (in place: the parameters become
+    DTensors holding 1/world of each tensor on this process)."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # pragma: no cover - torch < 2.6 or built without distributed
+        raise ValueError(f"parallel='fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); torch "
+                         f"{torch.__version__} lacks it: use parallel='ddp'") from None
+    mesh = init_device_mesh(device.type, (world,))
+    for block in transformer_blocks(model):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _full_options():
+    """Gather full tensors, on the CPU, to process 0 only (the others receive empty dicts)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
 class NonFiniteLoss(FloatingPointError):
     """The training loss, or a weight about to be checkpointed, is NaN or infinite."""
 
@@ -327,6 +384,9 @@ class Trainer:
             loss_fn = lambda m, b: default_loss(m, b, smoothing)  # noqa: E731
         self.loss_fn = loss_fn
         self.tokenizer = tokenizer
+        self._fsdp = self.world > 1 and config.parallel == "fsdp"
+        if self._fsdp:
+            _shard(self.model, self.device, self.world)  # before the optimizer: it must hold the sharded parameters
         self.optimizer = self._build_optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule())
         self.step = 0
@@ -334,13 +394,14 @@ class Trainer:
         self.tokens_seen = 0
         self._train_model: nn.Module = self.model
         self._ddp = None
-        if self.world > 1:
+        if self.world > 1 and not self._fsdp:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self._train_model = self._ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if config.compile:
             self._train_model = torch.compile(self._train_model)
         self._flops_per_token: dict[int, int | None] = {}
+        self._last_context: int | None = None  # the sequence length of the last step's batches (for MFU)
         self._peak = peak_flops(self.device)
         self.resume_changes: list[str] = []  # hyper-parameters a resume with override=True replaced
         self._unchecked: list[tuple[int, Tensor]] = []  # (step, mean loss) not yet checked for NaN/inf
@@ -360,8 +421,7 @@ class Trainer:
         if c.schedule == "cosine":
             return WarmupCosine(c.warmup, c.steps, c.lr_floor)
         if c.schedule == "noam":
-            model_config = unwrap(self.model).config
-            return Noam(getattr(model_config, "d_model", None) or model_config.n_embd, c.warmup)
+            return Noam(unwrap(self.model).config.d_model, c.warmup)
         return ConstantWithWarmup(c.warmup)
 
     def _autocast(self):
@@ -404,6 +464,8 @@ class Trainer:
         for i, b in enumerate(batches):
             sync = i == len(batches) - 1
             context = self._ddp.no_sync() if (self._ddp is not None and not sync) else contextlib.nullcontext()
+            if self._fsdp:  # reduce-scatter once, after the last micro-batch (FSDP2's no_sync)
+                self.model.set_requires_gradient_sync(sync)
             with context:
                 with self._autocast():
                     loss_sum, _ = self.loss_fn(self._train_model, b)
@@ -430,7 +492,6 @@ class Trainer:
         batches = [self.data.next_batch() for _ in range(self.config.grad_accum)]
         self._last_context = _context(batches[0])
         self._last_tokens = sum(batch_tokens(b)[0] for b in batches) * self.world
-        self._last_positions = sum(batch_tokens(b)[1] for b in batches) * self.world
         loss_sum, count = self.forward_backward(batches)
         if self.config.grad_clip is not None:
             clip_grad_norm([p for p in self.model.parameters() if p.grad is not None], self.config.grad_clip)
@@ -451,13 +512,16 @@ class Trainer:
         max_batches = self.config.eval_batches if max_batches is None else max_batches
         self.model.eval()
         total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        split = self.world > 1 and not self._fsdp  # FSDP: every process runs every batch (forwards are collectives)
         for i, batch in enumerate(self.data.eval_batches(max_batches)):
-            if i % self.world != self.rank:
+            if split and i % self.world != self.rank:
                 continue
             with self._autocast():
                 loss_sum, count = self.loss_fn(self.model, _to(batch, self.device))
             total += torch.stack([loss_sum.double(), count.double()])
-        if self.world > 1:
+        if self._fsdp:  # without a backward the root keeps its gathered weights; drop them (back to shards)
+            self.model.reshard()
+        if split:
             import torch.distributed as dist
 
             dist.all_reduce(total)
@@ -576,7 +640,7 @@ class Trainer:
     def _mfu(self, tokens_per_s: float) -> float | None:
         if self._peak is None:
             return None
-        context = getattr(self, "_last_context", None)
+        context = self._last_context
         if context not in self._flops_per_token:
             self._flops_per_token[context] = training_flops_per_token(self.model, context)
         flops = self._flops_per_token[context]
@@ -584,7 +648,8 @@ class Trainer:
 
     # checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything but the weights that an exact resume needs (this process's view)."""
+        """Everything but the weights that an exact resume needs (this process's view). Under FSDP the
+        optimizer state is gathered in full to process 0 (a collective: every process must call this)."""
         rng = {
             "torch": torch.get_rng_state(),
             "python": random.getstate(),
@@ -595,7 +660,7 @@ class Trainer:
         return {
             "step": self.step,
             "tokens_seen": self.tokens_seen,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self._optimizer_state(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng,
             "data": self.data.state_dict() if self.data is not None else None,
@@ -604,20 +669,45 @@ class Trainer:
             "world": self.world,
         }
 
+    def _optimizer_state(self) -> dict:
+        if not self._fsdp:
+            return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer, options=_full_options())
+
+    def _weights_finite(self) -> bool:
+        """Every weight finite, on every process (under FSDP each checks its own shards)."""
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.model.parameters()]
+        ok = all(bool(torch.isfinite(p).all()) for p in local)
+        if self._fsdp:
+            import torch.distributed as dist
+
+            flag = torch.tensor(int(ok), dtype=torch.int32, device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            ok = bool(flag)
+        return ok
+
     def save_checkpoint(self, out_dir: str | Path | None = None) -> Path | None:
         """Write a checkpoint of the current step under ``out_dir`` (default ``config.out_dir``).
 
-        Under DDP every process contributes its data and RNG state; process 0 writes. Returns the
-        step directory (None on other processes).
+        Under DDP and FSDP every process contributes its data and RNG state; process 0 writes (under
+        FSDP the full weights and optimizer state are gathered to it first). Returns the step directory
+        (None on other processes).
         """
         out_dir = out_dir if out_dir is not None else self.config.out_dir
         if out_dir is None:
             raise ValueError("out_dir must be given (or set in TrainConfig) to save a checkpoint")
         self._check_finite()
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        if not self._weights_finite():
             raise NonFiniteLoss(f"training stopped: the weights hold NaN or inf at step {self.step}; "
                                 "no checkpoint of them was written" + self._kept())
         state = self.state_dict()
+        weights = None
+        if self._fsdp:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            weights = get_model_state_dict(self.model, options=_full_options())  # full tensors on process 0
         if self.world > 1:
             import torch.distributed as dist
 
@@ -627,7 +717,7 @@ class Trainer:
         path = None
         if self.rank == 0:
             path = ckpt.save_checkpoint(out_dir, self.step, self.model, tokenizer=self.tokenizer, state=state,
-                                        keep=self.config.keep_checkpoints)
+                                        keep=self.config.keep_checkpoints, weights=weights)
         if self.world > 1:
             import torch.distributed as dist
 
@@ -657,11 +747,23 @@ class Trainer:
                 f"resuming {path} would change hyper-parameters it was trained with: {'; '.join(line for _, line in changes)}. "
                 "Use the checkpoint's values, or pass override=True (train --override) to apply the new ones"
             )
-        ckpt.load_weights(self.model, path)
         if state.get("world", 1) != self.world:
             raise ValueError(f"checkpoint was written by {state.get('world', 1)} processes; resuming with "
                              f"{self.world} would draw different batches (world size must match)")
-        self.optimizer.load_state_dict(state["optimizer"])
+        saved_parallel = (state.get("train_config") or {}).get("parallel", "ddp")
+        if self.world > 1 and saved_parallel != self.config.parallel:
+            raise ValueError(f"checkpoint was written with parallel={saved_parallel!r}; resuming with "
+                             f"parallel={self.config.parallel!r} cannot read its optimizer state (parallel must match)")
+        if self._fsdp:  # every process reads the full tensors and keeps its own shards of them
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions, set_model_state_dict, set_optimizer_state_dict)
+
+            full = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.model, ckpt.read_weights(self.model, path), options=full)
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=full)
+        else:
+            ckpt.load_weights(self.model, path)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         mine = state["per_rank"][self.rank] if "per_rank" in state else {"data": state["data"], "rng": state["rng"]}
         rng = mine["rng"]
