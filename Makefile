@@ -27,10 +27,17 @@ _vendor/.complete: tools/vendor_assets.py $(STAMP)
 	$(BIN)/python tools/vendor_assets.py _vendor
 
 book: $(STAMP) _vendor/.complete
+	$(BIN)/python tools/backmatter.py   # book/exercises_index.md and book/claims.md, from the chapters
 	$(BIN)/jupyter-book build . --path-output . --warningiserror --nitpick --keep-going
 	$(BIN)/python tools/check_site.py _build/html
 	$(BIN)/python tools/check_layout.py _build/html   # in headless Chromium when one is installed
+	$(MAKE) --no-print-directory site-check
 	@echo "The book is in _build/html/index.html"
+
+# Every page in headless Chromium, offline: maths, images, widgets, solutions, links, width, console;
+# screenshots in _build/screenshots. Skips with a message when no Chromium is installed.
+site-check:
+	$(BIN)/python tools/check_browser.py _build/html --screenshots _build/screenshots
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests

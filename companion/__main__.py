@@ -74,33 +74,64 @@ def cmd_bench_serve(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m companion", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+EXAMPLES = """\
+examples:
+  python -m companion generate --prompt "Once upon" --max-new-tokens 20
+      sample from the llama-like preset (random weights: the output is noise)
+  python -m companion generate --checkpoint RUN_DIR --prompt "ROMEO:"
+      sample from a checkpoint written by `train --out RUN_DIR`, with its tokenizer
+  python -m companion bench-serve --requests 16 --new-tokens 32
+      continuous batching versus one request at a time, as JSON
+  python -m companion train --help
+      train a model on a corpus, with checkpoints (then: sample)
 
-    g = sub.add_parser("generate", help="generate tokens from a model")
+Each command has its own --help.
+"""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows every option's default, and keeps the examples' line breaks."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion", formatter_class=_HelpFormatter, epilog=EXAMPLES,
+        description="The companion library's command line: generate text, benchmark serving, train and sample.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    g = sub.add_parser("generate", help="generate tokens from a model", formatter_class=_HelpFormatter,
+                       description="Sample from a model, streaming tokens as they come. Without --checkpoint the "
+                                   "preset has random weights, so the output is noise; text prompts are then "
+                                   "encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary).")
     g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny")
     g.add_argument("--checkpoint", default=None, help="a companion.training.checkpoint run or step directory")
-    g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids)")
+    g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids without a checkpoint)")
     g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of text")
-    g.add_argument("--max-new-tokens", type=int, default=32)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-k", type=int, default=None)
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-new-tokens", type=int, default=32, help="how many tokens to generate at most")
+    g.add_argument("--temperature", type=float, default=0.0, help="softmax temperature; 0 is greedy decoding")
+    g.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens (None: all)")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: the smallest set of tokens with this total probability")
     g.add_argument("--stop", type=int, nargs="*", default=[], help="stop token ids")
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--cache", default="contiguous", choices=("none", "contiguous", "paged"))
-    g.add_argument("--page-size", type=int, default=16)
-    g.add_argument("--kv-bits", type=int, default=None, choices=(8, 4))
+    g.add_argument("--seed", type=int, default=None, help="random seed for the weights and the sampling")
+    g.add_argument("--cache", default="contiguous", choices=("none", "contiguous", "paged"),
+                   help="KV cache: none (recompute), one contiguous buffer, or fixed-size pages")
+    g.add_argument("--page-size", type=int, default=16, help="tokens per page of --cache paged")
+    g.add_argument("--kv-bits", type=int, default=None, choices=(8, 4),
+                   help="quantise the pages of --cache paged to 8 or 4 bits (None: full precision)")
     g.set_defaults(func=cmd_generate)
 
-    b = sub.add_parser("bench-serve", help="engine throughput versus sequential generation")
-    b.add_argument("--preset", default="llama-like")
-    b.add_argument("--d-model", type=int, default=128)
-    b.add_argument("--n-layers", type=int, default=4)
-    b.add_argument("--requests", type=int, default=16)
-    b.add_argument("--new-tokens", type=int, default=32)
-    b.add_argument("--page-size", type=int, default=16)
+    b = sub.add_parser("bench-serve", help="engine throughput versus sequential generation",
+                       formatter_class=_HelpFormatter,
+                       description="Serve the same requests with the engine (continuous batching) and one at a "
+                                   "time, and print both throughputs as JSON. Timings depend on the machine and "
+                                   "its load; compare the two numbers of one run, not numbers across runs.")
+    b.add_argument("--preset", default="llama-like", help="decoder preset to build (random weights)")
+    b.add_argument("--d-model", type=int, default=128, help="model width")
+    b.add_argument("--n-layers", type=int, default=4, help="number of decoder blocks")
+    b.add_argument("--requests", type=int, default=16, help="number of requests served")
+    b.add_argument("--new-tokens", type=int, default=32, help="tokens generated per request")
+    b.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page")
     b.set_defaults(func=cmd_bench_serve)
 
     from companion.training.cli import add_subcommands

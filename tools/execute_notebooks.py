@@ -3,6 +3,11 @@
 The committed outputs are what the rendered book shows and what nbval compares against, so run
 this after editing a chapter (``make outputs``, or name notebooks: python tools/execute_notebooks.py
 book/ch01_attention.ipynb). Widget state is stored so that the static site can draw widgets.
+
+So that a commit of fresh outputs shows only real changes, the stored notebook is normalised:
+each cell's timing metadata (``metadata.execution``, written by nbclient) is dropped, and
+consecutive stream outputs of the same stream (stdout, stderr) are merged into one, as Jupyter
+shows them (nbclient stores one output per flush, which varies from run to run).
 """
 
 from __future__ import annotations
@@ -14,6 +19,27 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+
+def merge_streams(outputs: list) -> list:
+    """Consecutive ``stream`` outputs with the same name joined into one (text concatenated)."""
+    merged: list = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and prev is not None and prev.get("output_type") == "stream"
+                and prev.get("name") == out.get("name")):
+            prev["text"] = "".join(prev["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
+def normalise(nb) -> None:
+    """Drop per-cell timing metadata and merge split streams, in place."""
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
 
 
 def execute(path: Path) -> float:
@@ -31,6 +57,7 @@ def execute(path: Path) -> float:
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
+    normalise(nb)
     nbformat.write(nb, path)
     return elapsed
 

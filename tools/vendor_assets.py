@@ -7,6 +7,9 @@ vanish for a reader without a network. The build copies them next to the HTML in
 - ``@jupyter-widgets/html-manager@1`` and ``requirejs`` from the npm registry, pinned by version
   and checked against their published sha512 integrity; downloaded once, then reused.
 
+It also writes ``widgets/book-shims.js``, loaded before the widget manager (see SHIMS): it tells the
+manager where its fonts are and lets its MathJax 2 call reach MathJax 3.
+
 _config.yml points Sphinx at these files; ``html_extra_path`` copies _vendor/site into the HTML
 output. They are kept out of _static/ because Sphinx copies all of _static into every build and
 themes may inject what is there.
@@ -38,6 +41,39 @@ NPM = {
         "package/require.js",
     ),
 }
+
+
+# Two errors tools/check_browser.py saw on every page with a widget, and their fixes:
+# - the manager loads its icon fonts from "<page>/@jupyter-widgets/html-manager/dist/...", which does
+#   not exist: its AMD build takes the base URL of its assets from its own requirejs module name, so
+#   map that name to the folder this file (and the fonts) are in;
+# - the manager typesets widget labels with MathJax 2's MathJax.Hub.Queue, and the book loads
+#   MathJax 3, which has no Hub ("Cannot read properties of undefined (reading 'Queue')"): give it a
+#   Hub whose Queue(["Typeset", hub, element]) asks MathJax 3 to typeset that element.
+SHIMS = """// Written by tools/vendor_assets.py; loaded by _config.yml after require.js, before embed-amd.js.
+(function () {
+  const here = document.currentScript.src.replace(/[^/]*$/, "");
+  window.__jupyter_widgets_assets_path__ = here;
+  // The AMD build finds its assets relative to its own module URI: map that module name here.
+  if (window.require && window.require.config)
+    window.require.config({paths: {"@jupyter-widgets/html-manager/dist": here.slice(0, -1)}});
+  const hub = {
+    Queue: function () {
+      for (const job of arguments) {
+        const element = Array.isArray(job) ? job[2] : null;
+        const mj = window.MathJax;
+        if (!element || !mj || !mj.startup || !mj.startup.promise) continue;
+        mj.startup.promise.then(() => mj.typesetPromise([element])).catch((e) => console.warn(e));
+      }
+    },
+  };
+  // MathJax 3 replaces the window.MathJax configuration object when it loads (a deferred script,
+  // before DOMContentLoaded), so add the Hub now and again once the document is parsed.
+  const install = () => { window.MathJax = window.MathJax || {}; window.MathJax.Hub = window.MathJax.Hub || hub; };
+  install();
+  document.addEventListener("DOMContentLoaded", install);
+})();
+"""
 
 
 def fetch(url: str, integrity: str, cache: Path) -> bytes:
@@ -92,6 +128,7 @@ def main(root: Path) -> None:
         sys.exit("vendor_assets: html-manager tarball had no dist/ files")
     url, integ, prefix = NPM["requirejs"]
     extract(fetch(url, integ, cache), prefix, widgets / "require.js")
+    (widgets / "book-shims.js").write_text(SHIMS)
     (root / ".complete").write_text("ok\n")
     print(f"vendor_assets: MathJax and widget JavaScript ready under {site}")
 

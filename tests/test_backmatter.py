@@ -1,0 +1,88 @@
+"""tools/backmatter.py: the generated exercises and claims indexes, and the claim-tag rule."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import backmatter  # noqa: E402
+import sitefix  # noqa: E402
+
+
+def _nb(*cells):
+    return {"cells": [{"cell_type": t, "metadata": m, "source": s} for t, s, m in cells]}
+
+
+def test_every_exercise_title_ends_with_its_difficulty():
+    for path in backmatter.chapters(ROOT / "book"):
+        text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        directives = re.findall(r"```\{exercise\}[^\n]*", text)
+        parsed = backmatter.exercises(json.loads(path.read_text()))
+        assert len(parsed) == len(directives), f"{path.name}: an exercise title lacks [1], [2] or [3]: {directives}"
+
+
+def test_exercises_page_lists_every_exercise_with_difficulty_and_checker():
+    page = backmatter.exercises_page(ROOT / "book")
+    for path in backmatter.chapters(ROOT / "book"):
+        for ex in backmatter.exercises(json.loads(path.read_text())):
+            row = next(l for l in page.splitlines() if f"<{ex['label']}>`" in l)
+            assert f"| {ex['level']} |" in row
+            for c in ex["checkers"]:
+                assert f"`{c}`" in row
+
+
+def test_exercise_parser_reads_difficulty_and_solution_checker():
+    nb = _nb(("markdown", "```{exercise} Masks [2]\n:label: ex-m\n\ntext\n```", {}),
+             ("markdown", "````{solution-start} ex-m\n:class: dropdown\n````", {}),
+             ("code", "def f(x):\n    return x\n\ncheck(\"ch09.masks\", f)", {}),
+             ("markdown", "````{solution-end}\n````", {}),
+             ("code", "check(\"ch09.other\", g)", {}))
+    assert backmatter.exercises(nb) == [{"title": "Masks", "level": "2", "label": "ex-m", "checkers": ["ch09.masks"]}]
+
+
+def test_a_tagged_claim_without_a_check_is_reported():
+    nb = _nb(("code", "# softmax rows sum to one\nassert w.sum(-1).allclose(one)", {"tags": ["claim-rows"]}),
+             ("code", "torch.testing.assert_close(a, b)", {"tags": ["claim-close"], "claim": "a equals b"}),
+             ("code", "print(w.sum(-1))", {"tags": ["claim-printed"]}))
+    found = backmatter.claims(nb, "ch09_x")
+    assert [(c.name, c.text, c.checked) for c in found] == [
+        ("claim-rows", "softmax rows sum to one", True), ("claim-close", "a equals b", True),
+        ("claim-printed", "claim-printed", False)]
+
+
+def test_every_tagged_claim_in_the_book_is_checked():
+    bad = backmatter.unchecked(ROOT / "book")
+    assert not bad, [f"{c.chapter}: {c.name}" for c in bad]
+
+
+def test_claims_page_links_each_claim_to_its_cell(tmp_path):
+    (tmp_path / "ch09_x.ipynb").write_text(json.dumps(_nb(
+        ("markdown", "# Title", {}), ("code", "assert True  # trivially", {"tags": ["claim-t"], "claim": "T holds"}))))
+    page = backmatter.claims_page(tmp_path)
+    assert '<a href="ch09_x.html#claim-t">T holds</a>' in page
+
+
+def test_sitefix_gives_tagged_cells_their_claim_id():
+    from docutils import nodes
+    from docutils.utils import new_document
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    doc = new_document("x", get_default_settings(Parser))
+    cell = nodes.container(classes=["cell", "tag_claim-rows", "tag_other"])
+    doc += cell
+    sitefix._claim_ids(None, doc)
+    assert cell["ids"] == ["claim-rows"]
+
+
+@pytest.mark.parametrize("name, make", [("exercises_index.md", backmatter.exercises_page),
+                                        ("claims.md", backmatter.claims_page)])
+def test_committed_index_is_current(name, make):
+    committed = (ROOT / "book" / name).read_text()
+    assert committed == make(ROOT / "book"), f"book/{name} is stale: run python tools/backmatter.py"

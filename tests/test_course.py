@@ -1,0 +1,106 @@
+"""tools/course.py: a student edition has no solution code and still executes top to bottom."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import course  # noqa: E402
+
+
+def _code(nb: dict) -> str:
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def test_student_edition_replaces_every_solution_with_a_stub():
+    nb = {"cells": [
+        {"cell_type": "markdown", "id": "a", "metadata": {}, "source": "```{exercise} X [1]\n:label: ex-x\n```"},
+        {"cell_type": "markdown", "id": "b", "metadata": {}, "source": "````{solution-start} ex-x\n````\nSecret prose"},
+        {"cell_type": "code", "id": "c", "metadata": {}, "outputs": [{"output_type": "stream", "name": "stdout",
+                                                                      "text": "42\n"}], "execution_count": 1,
+         "source": "def f(x):\n    return x + 1  # SECRET\n\nreport = check('ch01.f', f, seed=0)"},
+        {"cell_type": "markdown", "id": "d", "metadata": {}, "source": "````{solution-end}\n````"},
+        {"cell_type": "markdown", "id": "e", "metadata": {}, "source": "after"},
+    ]}
+    out, n = course.student_edition(nb)
+    assert n == 1
+    text = json.dumps(out)
+    assert "SECRET" not in text and "Secret prose" not in text and "42" not in text
+    assert [c["id"] for c in out["cells"]] == ["a", "b-student", "b-stub", "e"]
+    stub = "".join(out["cells"][2]["source"])
+    ns: dict = {"check": lambda name, fn, seed=None: fn(1)}
+    exec(stub, ns)  # the stub reports instead of raising
+    with pytest.raises(NotImplementedError, match="ex-x: not done yet"):
+        ns["f"](1)
+
+
+def test_parse_chapters_rejects_unknown_chapters():
+    available = {1: Path("ch01.ipynb"), 3: Path("ch03.ipynb")}
+    assert course.parse_chapters("1,3", available) == [Path("ch01.ipynb"), Path("ch03.ipynb")]
+    with pytest.raises(ValueError, match="chapters must exist"):
+        course.parse_chapters("2", available)
+    with pytest.raises(ValueError, match="chapters must be numbers"):
+        course.parse_chapters("one", available)
+
+
+def test_help_explains_every_option():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "course.py"), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    parser_options = ["--chapters", "--out", "--student", "--instructor", "--title", "--no-outputs", "--force", "--book"]
+    for opt in parser_options:
+        line = next(l for l in r.stdout.splitlines() if l.strip().startswith(opt))
+        assert len(line.split(maxsplit=2)) >= 2, f"{opt} has no help text"
+
+
+@pytest.mark.slow
+def test_student_edition_of_two_chapters_executes_top_to_bottom(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    chapters = sorted((ROOT / "book").glob("ch[0-9][0-9]_*.ipynb"))[:2]
+    numbers = ",".join(str(int(p.name[2:4])) for p in chapters)
+    assert course.main(["--chapters", numbers, "--student", "--out", str(tmp_path / "course")]) == 0
+    os.environ["COMPANION_PROFILE"] = "quick"
+    for path in sorted((tmp_path / "course" / "book").glob("ch*.ipynb")):
+        source = json.loads(next(p for p in chapters if p.name == path.name).read_text())
+        nb = nbformat.read(path, as_version=4)
+        student = {l.strip() for l in _code(nb).splitlines()}
+        # Every substantial line of solution code is gone, except the signatures the stubs keep on
+        # purpose and lines that also occur outside the solutions (a shared import, say).
+        secret = {l.strip() for l in _code(_solutions_only(source)).splitlines()
+                  if len(l.strip()) > 20 and not l.strip().startswith(("def ", "class "))}
+        leaked = (secret & student) - solution_lines_outside(source)
+        assert not leaked, f"{path.name}: solution code in the student edition: {sorted(leaked)[:3]}"
+        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                         resources={"metadata": {"path": str(path.parent)}})
+        client.execute()  # raises CellExecutionError if any cell fails
+        stubs = [c for c in nb.cells if c.get("id", "").endswith("-stub")]
+        assert stubs, "no stubs in the student edition"
+        printed = "".join(o.get("text", "") for c in stubs for o in c.outputs)
+        assert printed.count("not done yet") >= len(stubs)
+
+
+def _solutions_only(nb: dict) -> dict:
+    cells, inside = [], False
+    for c in nb["cells"]:
+        text = "".join(c["source"])
+        if c["cell_type"] == "markdown" and "{solution-start}" in text:
+            inside = True
+        elif c["cell_type"] == "markdown" and "{solution-end}" in text:
+            inside = False
+        elif inside:
+            cells.append(c)
+    return {"cells": cells}
+
+
+def solution_lines_outside(nb: dict) -> set[str]:
+    """Code lines that also occur outside the solutions (a shared import, say): allowed in the stub."""
+    inside = {id(c) for c in _solutions_only(nb)["cells"]}
+    return {l.strip() for c in nb["cells"] if c["cell_type"] == "code" and id(c) not in inside
+            for l in "".join(c["source"]).splitlines()}

@@ -1,0 +1,122 @@
+"""tools/check_browser.py: the browser check finds each kind of problem, and passes a clean page.
+
+The pages here are small synthetic ones, so the test does not need a built book; ``make site-check``
+(run by ``make book``) applies the same check to every page of _build/html. Needs a Chromium
+(``apt-get install chromium-headless-shell``); skipped with that message otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import check_browser  # noqa: E402
+import sitefix  # noqa: E402
+
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8Dw"
+         "HwAFBQIAX8jx0gAAAABJRU5ErkJggg==")
+
+CLEAN = f"""<!doctype html><html><head><meta charset="utf-8"></head><body>
+<p>A clean page.</p><img src="{PIXEL}" alt="one pixel">
+<pre style="overflow-x: auto; max-width: 100%">{"x" * 400}</pre>
+</body></html>"""
+
+BROKEN = """<!doctype html><html><head><meta charset="utf-8"></head><body>
+<p>Raw maths: $$a + b$$</p>
+<img src="missing.png" alt="missing">
+<div style="width: 900px">too wide</div>
+<script>console.error("boom from the page");</script>
+<script src="https://example.com/lib.js"></script>
+</body></html>"""
+
+needs_chrome = pytest.mark.skipif(check_browser.find_chrome() is None,
+                                  reason="no Chromium: apt-get install chromium-headless-shell (or set $CHROME)")
+
+
+def _check(tmp_path, capsys, page: str, html: str) -> tuple[int, str]:
+    (tmp_path / page).write_text(html)
+    rc = check_browser.main([str(tmp_path), "--pages", page, "--widths", "400", "--no-screenshots",
+                             "--config", str(ROOT / "_config.yml")])
+    return rc, capsys.readouterr().out
+
+
+@needs_chrome
+def test_clean_page_passes(tmp_path, capsys):
+    rc, out = _check(tmp_path, capsys, "clean.html", CLEAN)
+    assert rc == 0, out
+    assert "clean.html @ 400 px" in out and ": ok" in out
+
+
+@needs_chrome
+def test_broken_page_reports_each_problem(tmp_path, capsys):
+    rc, out = _check(tmp_path, capsys, "broken.html", BROKEN)
+    assert rc == 1
+    assert "raw TeX left in the text" in out
+    assert "images that did not load: ['missing.png']" in out
+    assert "wider than the 400 px window" in out
+    assert "boom from the page" in out
+    assert "network request refused" in out and "example.com/lib.js" in out
+
+
+@needs_chrome
+def test_screenshot_is_saved_per_page_and_width(tmp_path, capsys):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "clean.html").write_text(CLEAN)
+    shots = tmp_path / "shots"
+    assert check_browser.main([str(site), "--widths", "400", "--screenshots", str(shots),
+                               "--config", str(ROOT / "_config.yml")]) == 0
+    png = (shots / "clean-400.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(png[16:20], "big") == 400  # the PNG header's width
+
+
+def test_problems_of_flags_solutions_that_do_not_toggle(tmp_path):
+    report = {"mathjax": "done", "raw_tex": [], "math_errors": 0, "images": [], "widgets": {"views": 2, "drawn": 1},
+              "solutions": [{"id": "s1", "collapsed_before": False, "open_after": True},
+                            {"id": "s2", "collapsed_before": True, "open_after": False}],
+              "links": {"launch": [], "download": []}, "page_width": 400, "client_width": 400, "wide": [],
+              "console": []}
+    (tmp_path / "p.html").write_text("")
+    problems = check_browser.problems_of(report, tmp_path / "p.html", tmp_path, 400, "https://github.com/o/r")
+    assert "solution s1 is open before its toggle is clicked" in problems
+    assert "solution s2 does not open when its toggle is clicked" in problems
+    assert "1 of 2 widgets were not drawn" in problems
+
+
+def test_problems_of_checks_launch_and_download_links_of_a_chapter(tmp_path):
+    (tmp_path / "_sources" / "book").mkdir(parents=True)
+    (tmp_path / "_sources" / "book" / "ch09_x.ipynb").write_text("{}")
+    (tmp_path / "book").mkdir()
+    page = tmp_path / "book" / "ch09_x.html"
+    page.write_text("")
+    report = {"mathjax": "done", "raw_tex": [], "math_errors": 0, "images": [], "widgets": {"views": 0, "drawn": 0},
+              "solutions": [], "page_width": 400, "client_width": 400, "wide": [], "console": [],
+              "links": {"launch": ["https://colab.research.google.com/github/o/r/blob/main/book/ch09_x.ipynb",
+                                   "https://mybinder.org/v2/gh/o/other/main?urlpath=tree/book/ch09_x.ipynb"],
+                        "download": ["../_sources/book/ch09_x.ipynb"]}}
+    problems = check_browser.problems_of(report, page, tmp_path, 400, "https://github.com/o/r")
+    assert problems == ["the mybinder.org launch button does not open o/r/book/ch09_x.ipynb: "
+                        "https://mybinder.org/v2/gh/o/other/main?urlpath=tree/book/ch09_x.ipynb"]
+
+
+def test_repository_url_is_read_from_config():
+    assert check_browser.repository_url(ROOT / "_config.yml").startswith("https://github.com/")
+
+
+def test_sitefix_keeps_one_copy_of_each_inline_script():
+    class JS(str):
+        def __new__(cls, filename, body):
+            obj = super().__new__(cls, filename or "")
+            obj.filename, obj.attributes = filename, {"body": body}
+            return obj
+
+    scripts = [JS("a.js", ""), JS(None, "const X = 1"), JS("", "const X = 1"), JS(None, "const Y = 2")]
+    context = {"script_files": scripts}
+    sitefix._dedupe_scripts(None, "p", "page.html", context, None)
+    assert [(s.filename, s.attributes["body"]) for s in context["script_files"]] == [
+        ("a.js", ""), (None, "const X = 1"), (None, "const Y = 2")]

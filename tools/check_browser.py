@@ -1,0 +1,375 @@
+"""Load every page of the built book in headless Chromium, offline, and check what a reader sees.
+
+    python tools/check_browser.py _build/html                  # every page, 1280 and 400 px
+    python tools/check_browser.py _build/html --pages book/ch01_attention.html --no-screenshots
+
+tools/check_site.py parses the HTML; this script asks the live page. Chromium is started with a
+fresh profile and no network (--disable-background-networking, --disable-component-update, ...;
+every http(s) request is intercepted through the DevTools protocol, refused and reported) and
+driven over the DevTools protocol with ``websocket-client`` (the ``book`` extra). For every page
+and window width (1280 and 400 px) it asserts that
+
+- MathJax finished typesetting, left no raw TeX (``$$``, ``\\(``, ``\\begin{``) in the text and no
+  MathJax error box;
+- every image loaded (``naturalWidth > 0``);
+- every saved ipywidget view was drawn by the widget manager;
+- every exercise solution is collapsed until its toggle is clicked, and open after the click;
+- the launch buttons (Colab, Binder) point at this page's notebook in the repository named in
+  _config.yml, and the download button at the page's own source file, which exists;
+- at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
+- the console shows no error and no page requested the network.
+
+It saves a full-page screenshot per page and width under ``--screenshots`` (default
+``_build/screenshots``, ``<page>-<width>.png``). Without a Chromium (``chromium-headless-shell`` or
+``chromium`` on PATH, or $CHROME) it says so and exits 0, so ``make book`` works everywhere;
+``--require-browser`` makes that an error (CI). Exit status 1 when any page has a problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WIDTHS = (1280, 400)
+HEIGHT = 900
+MAX_SHOT_PX = 60_000  # a full-page screenshot taller than this is cut
+
+CHROME_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync", "--hide-scrollbars",
+    "--disable-extensions", "--disable-default-apps", "--mute-audio",
+    "--remote-debugging-port=0", "--remote-allow-origins=*",
+]
+
+# Runs in the page once it has loaded: waits for MathJax and the widget manager, then reports.
+INSPECT = r"""
+(async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const out = {mathjax: "absent", raw_tex: [], math_errors: 0, images: [], widgets: {views: 0, drawn: 0},
+               solutions: [], wide: [], page_width: 0, client_width: 0, links: {}};
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    try { await MathJax.startup.promise; out.mathjax = "done"; }
+    catch (e) { out.mathjax = "failed: " + e; }
+  }
+  // Images: lazy ones load only near the viewport, so ask for all of them now.
+  const imgs = Array.from(document.images);
+  imgs.forEach((img) => { img.loading = "eager"; });
+  await Promise.all(imgs.map((img) => img.decode().catch(() => null)));
+  for (const img of imgs)
+    if (!(img.complete && img.naturalWidth > 0)) out.images.push(img.getAttribute("src"));
+  // Widgets: html-manager replaces each saved view <script> with the drawn widget beside it.
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  out.widgets.views = views.length;
+  for (let t = 0; t < 100; t++) {
+    let drawn = 0;
+    views.forEach((s) => { if (s.parentElement.querySelector(".jupyter-widgets, .lm-Widget, .p-Widget")) drawn++; });
+    out.widgets.drawn = drawn;
+    if (drawn === views.length) break;
+    await sleep(100);
+  }
+  // Raw TeX left in the text outside code, and MathJax's own error boxes.
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: (n) => {
+    for (let a = n.parentElement; a; a = a.parentElement)
+      if (/^(PRE|CODE|SCRIPT|STYLE|TEXTAREA|MJX-CONTAINER|MJX-ASSISTIVE-MML)$/.test(a.tagName)) return NodeFilter.FILTER_REJECT;
+    return NodeFilter.FILTER_ACCEPT; }});
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const m = n.textContent.match(/\$\$|\\\(|\\\[|\\begin\{|\\frac\{|\\mathbf\{/);
+    if (m && out.raw_tex.length < 5) out.raw_tex.push(n.textContent.trim().slice(0, 80));
+  }
+  out.math_errors = document.querySelectorAll("mjx-merror, [data-mjx-error]").length;
+  // Solutions: collapsed until the toggle is clicked, open after.
+  const visible = (el) => !!el && el.getClientRects().length > 0 && getComputedStyle(el).visibility !== "hidden";
+  for (const sol of document.querySelectorAll("div.solution.dropdown, details.solution")) {
+    const item = {id: sol.id || "", collapsed_before: null, open_after: null};
+    if (sol.tagName === "DETAILS") {
+      const body = Array.from(sol.children).find((c) => c.tagName !== "SUMMARY");
+      item.collapsed_before = !sol.open && !visible(body);
+      sol.querySelector("summary").click();
+      await sleep(50);
+      item.open_after = sol.open && visible(body);
+    } else {
+      const body = sol.querySelector(".solution-content, .section, section");
+      const button = sol.querySelector("button.toggle-button, .toggle-button");
+      item.collapsed_before = !visible(body);
+      if (button) { button.click(); await sleep(400); }
+      item.open_after = visible(body);
+    }
+    out.solutions.push(item);
+  }
+  // Launch and download links.
+  out.links.launch = Array.from(document.querySelectorAll("a[href]")).map((a) => a.href)
+    .filter((h) => /colab\.research\.google\.com|mybinder\.org|\/v2\/gh\//.test(h));
+  out.links.download = Array.from(document.querySelectorAll("a[href]")).map((a) => a.getAttribute("href"))
+    .filter((h) => /_sources\//.test(h));
+  // Elements wider than the window that no scrolling ancestor contains.
+  const W = document.documentElement.clientWidth;
+  out.client_width = W;
+  out.page_width = document.documentElement.scrollWidth;
+  // Contained: some ancestor clips or scrolls sideways (overflow-x not visible) and itself ends inside
+  // the window, e.g. a code cell, a display equation's box or a table's scrolling container.
+  const inScroller = (el) => {
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement)
+      if (getComputedStyle(a).overflowX !== "visible" && a.getBoundingClientRect().right <= W + 1) return true;
+    return false;
+  };
+  for (const el of document.querySelectorAll("body *")) {
+    const cs = getComputedStyle(el);
+    if (cs.position === "fixed" || cs.visibility === "hidden" || cs.display === "none") continue;
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 1 && !inScroller(el) && out.wide.length < 5)
+      out.wide.push(el.tagName.toLowerCase() + "." + String(el.getAttribute("class") || "").split(" ")[0] +
+                    (el.id ? "#" + el.id : "") + " (" + Math.round(r.right) + " px)");
+  }
+  return JSON.stringify(out);
+})()
+"""
+
+
+def find_chrome() -> str | None:
+    for name in (os.environ.get("CHROME", ""), "chromium-headless-shell", "chromium", "chromium-browser",
+                 "google-chrome", "headless_shell"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def repository_url(config: Path) -> str:
+    """The ``repository: url:`` of _config.yml, without a trailing slash (no YAML library needed)."""
+    found = re.search(r"^repository:\s*\n(?:[ \t]+.*\n)*?[ \t]+url:\s*(\S+)", config.read_text(), re.M)
+    if not found:
+        raise ValueError(f"{config}: no repository url")
+    return found.group(1).rstrip("/")
+
+
+class Browser:
+    """One headless Chromium and one tab, driven over the DevTools protocol."""
+
+    def __init__(self, chrome: str) -> None:
+        import websocket  # websocket-client, the `book` extra
+
+        self.profile = tempfile.mkdtemp(prefix="check-browser-")
+        self.proc = subprocess.Popen([chrome, *CHROME_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        for _ in range(300):
+            if port_file.exists() and port_file.read_text().count("\n") >= 1:
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Chromium exited: {self.proc.stderr.read().decode()[-500:]}")
+            time.sleep(0.05)
+        port = port_file.read_text().split("\n")[0]
+        import urllib.request
+
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
+        page = next(t for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+        for domain in ("Page", "Runtime", "Log"):
+            self.call(f"{domain}.enable")
+        # Refuse every request that would leave the machine, and remember it.
+        self.call("Fetch.enable", patterns=[{"urlPattern": "http://*"}, {"urlPattern": "https://*"}])
+
+    def call(self, method: str, **params) -> dict:
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.handle(msg)
+
+    def handle(self, msg: dict) -> None:
+        if msg.get("method") == "Fetch.requestPaused":
+            self.events.append(msg)
+            self.next_id += 1
+            self.ws.send(json.dumps({"id": self.next_id, "method": "Fetch.failRequest",
+                                     "params": {"requestId": msg["params"]["requestId"],
+                                                "errorReason": "InternetDisconnected"}}))
+        elif "method" in msg:
+            self.events.append(msg)
+
+    def wait_for(self, method: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = json.loads(self.ws.recv())
+            if "id" not in msg:
+                self.handle(msg)
+                if msg.get("method") == method:
+                    return
+        raise TimeoutError(f"no {method} within {timeout} s")
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def console_errors(events: list[dict]) -> list[str]:
+    """Errors from the console, uncaught exceptions, failed loads and refused network requests."""
+    errors = []
+    for e in events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")).split("\n")[0])
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                      for a in p.get("args", []))[:200])
+        elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+            entry = p["entry"]
+            errors.append(f"{entry['source']}: {entry['text']} {entry.get('url', '')}".strip()[:200])
+        elif m == "Fetch.requestPaused":
+            errors.append("network request refused (the site must work offline): " + p["request"]["url"][:150])
+    return list(dict.fromkeys(errors))
+
+
+def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: Path) -> dict:
+    browser.events.clear()
+    browser.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT, deviceScaleFactor=1, mobile=False)
+    browser.call("Page.navigate", url=page.resolve().as_uri())
+    browser.wait_for("Page.loadEventFired")
+    result = browser.call("Runtime.evaluate", expression=INSPECT, awaitPromise=True, returnByValue=True, timeout=60_000)
+    if "exceptionDetails" in result:
+        raise RuntimeError(f"{page.name}: the inspecting script failed: {result['exceptionDetails']}")
+    report = json.loads(result["result"]["value"])
+    # Let late errors (fonts, widget callbacks) arrive before reading the console.
+    browser.call("Runtime.evaluate", expression="new Promise((r) => setTimeout(r, 300))", awaitPromise=True)
+    report["console"] = console_errors(browser.events)
+    if shots is not None:
+        # Collapse the solutions again so that the screenshot shows the page as a reader first sees it.
+        browser.call("Page.reload", ignoreCache=False)
+        browser.wait_for("Page.loadEventFired")
+        browser.call("Runtime.evaluate", awaitPromise=True, expression=(
+            "(async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise;"
+            " await Promise.all(Array.from(document.images).map((i) => { i.loading = 'eager';"
+            " return i.decode().catch(() => null); })); await new Promise((r) => setTimeout(r, 500)); })()"))
+        height = browser.call("Runtime.evaluate", returnByValue=True,
+                              expression="document.documentElement.scrollHeight")["result"]["value"]
+        clip = {"x": 0, "y": 0, "width": width, "height": min(int(height), MAX_SHOT_PX), "scale": 1}
+        png = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)["data"]
+        name = str(page.relative_to(site).with_suffix("")).replace(os.sep, "__")
+        shots.mkdir(parents=True, exist_ok=True)
+        (shots / f"{name}-{width}.png").write_bytes(base64.b64decode(png))
+    return report
+
+
+def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> list[str]:
+    problems = []
+    if report["mathjax"] not in ("done", "absent"):
+        problems.append(f"MathJax did not finish: {report['mathjax']}")
+    if report["raw_tex"]:
+        problems.append(f"raw TeX left in the text: {report['raw_tex']}")
+    if report["math_errors"]:
+        problems.append(f"{report['math_errors']} MathJax error box(es)")
+    if report["images"]:
+        problems.append(f"images that did not load: {report['images'][:5]}")
+    w = report["widgets"]
+    if w["drawn"] < w["views"]:
+        problems.append(f"{w['views'] - w['drawn']} of {w['views']} widgets were not drawn")
+    for s in report["solutions"]:
+        if not s["collapsed_before"]:
+            problems.append(f"solution {s['id']} is open before its toggle is clicked")
+        if not s["open_after"]:
+            problems.append(f"solution {s['id']} does not open when its toggle is clicked")
+    rel = page.relative_to(site)
+    source = site / "_sources" / rel.with_suffix(".ipynb")
+    if source.exists():  # a chapter: launch buttons and the notebook download
+        nb_path = rel.with_suffix(".ipynb").as_posix()
+        owner_repo = repo.split("github.com/", 1)[-1]
+        launch = report["links"]["launch"]
+        for service in ("colab.research.google.com", "mybinder.org"):
+            hits = [h for h in launch if service in h]
+            if not hits:
+                problems.append(f"no {service} launch button")
+            elif not all(owner_repo in h and nb_path in h for h in hits):
+                problems.append(f"the {service} launch button does not open {owner_repo}/{nb_path}: {hits[0]}")
+        downloads = [d for d in report["links"]["download"] if d.split("?")[0].endswith(".ipynb")]
+        if not downloads:
+            problems.append("no download link to the page's .ipynb")
+        for d in downloads:
+            target = (page.parent / d.split("?")[0]).resolve()
+            if target != source.resolve() or not target.exists():
+                problems.append(f"the download link {d} does not point at {source.relative_to(site)}")
+    if report["page_width"] > report["client_width"] + 1 or report["wide"]:
+        problems.append(f"wider than the {width} px window ({report['page_width']} px): {', '.join(report['wide'])}")
+    problems += [f"console: {c}" for c in report["console"]]
+    return problems
+
+
+def site_pages(site: Path) -> list[Path]:
+    skip = {"_static", "_sources", "vendor", "_images"}
+    return sorted(p for p in site.rglob("*.html") if not skip & set(p.relative_to(site).parts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("site", nargs="?", default="_build/html", type=Path, help="the built site (default: _build/html)")
+    ap.add_argument("--pages", nargs="+", help="only these pages, relative to SITE (default: every page)")
+    ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="window widths in px (default: 1280 400)")
+    ap.add_argument("--screenshots", type=Path, default=Path("_build/screenshots"),
+                    help="folder for <page>-<width>.png (default: _build/screenshots)")
+    ap.add_argument("--no-screenshots", action="store_true", help="check only, save no screenshots")
+    ap.add_argument("--config", type=Path, default=Path("_config.yml"), help="where the repository URL is read")
+    ap.add_argument("--require-browser", action="store_true", help="fail, instead of skipping, without a Chromium")
+    args = ap.parse_args(argv)
+    chrome = find_chrome()
+    if chrome is None:
+        msg = "check_browser: no Chromium found (set $CHROME or apt-get install chromium-headless-shell)"
+        print(msg + ("" if args.require_browser else "; the browser check is SKIPPED"))
+        return 1 if args.require_browser else 0
+    pages = [args.site / p for p in args.pages] if args.pages else site_pages(args.site)
+    if not pages:
+        print(f"check_browser: no pages under {args.site}; build the book first")
+        return 1
+    repo = repository_url(args.config)
+    shots = None if args.no_screenshots else args.screenshots
+    failed = 0
+    browser = Browser(chrome)
+    try:
+        for page in pages:
+            redirect = re.search(r'http-equiv="refresh"[^>]*url=([^"\'>]+)', page.read_text(errors="replace"), re.I)
+            if redirect:  # a bare redirect (index.html): its target must exist; nothing to render
+                target = (page.parent / redirect.group(1)).resolve()
+                ok = target.exists()
+                failed += not ok
+                print(f"check_browser: {page.relative_to(args.site)} redirects to {redirect.group(1)}: "
+                      f"{'ok' if ok else 'the target is missing'}")
+                continue
+            for width in args.widths:
+                start = time.perf_counter()
+                report = inspect(browser, page, width, shots, args.site)
+                problems = problems_of(report, page, args.site, width, repo)
+                failed += bool(problems)
+                w = report["widgets"]
+                print(f"check_browser: {page.relative_to(args.site)} @ {width} px: mathjax {report['mathjax']}, "
+                      f"{w['drawn']}/{w['views']} widgets, {len(report['solutions'])} solutions, "
+                      f"{time.perf_counter() - start:.1f} s: {'; '.join(problems) or 'ok'}", flush=True)
+    finally:
+        browser.close()
+    print(f"check_browser: {len(pages)} pages x {len(args.widths)} widths, {failed} with problems"
+          + (f"; screenshots in {shots}" if shots else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Cut a course from the book: chosen chapters, as a student or an instructor edition, as its own site.
+
+    python tools/course.py --chapters 1,3 --student --out course/          # student edition
+    python tools/course.py --chapters 1,3 --out course-instructor/         # instructor edition
+    python tools/course.py --chapters 1-3 --student --title "Attention, week 1-3" --out course/
+
+The output folder holds the chosen chapters' notebooks under ``book/``, the front matter they link
+to, a ``_toc.yml`` and a ``_config.yml`` for that subset (so ``jupyter-book build OUT`` makes the
+course's own site; the repository URL and Sphinx settings are the book's, from _config.yml), and a
+``README.md`` saying what the edition is.
+
+The **student edition** replaces every worked solution, the cells between an exercise's
+``{solution-start}`` and ``{solution-end}`` with their prose, code and outputs, by a short
+"Your answer" note and one code stub. The stub defines each function or class the solution defined,
+with the same name, raising ``NotImplementedError("<exercise>: not done yet")``, and calls the
+exercise's checker (``check("chNN.name", fn)``) inside ``try``/``except`` so that the notebook prints
+"not done yet" and goes on instead of stopping: a student edition executes top to bottom.
+Every other cell keeps its stored outputs (the course site shows them, as the book does) unless
+``--no-outputs`` clears them. The **instructor edition** (the default) keeps the solutions too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+START = re.compile(r"\{solution-start\}\s+(\S+)")
+END = "{solution-end}"
+
+
+def parse_chapters(spec: str, available: dict[int, Path]) -> list[Path]:
+    """``"1,3"`` or ``"1-3"`` or ``"all"`` -> the chapter notebooks, in book order."""
+    if spec.strip() == "all":
+        return [available[n] for n in sorted(available)]
+    numbers: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                numbers += range(lo, hi + 1)
+            else:
+                numbers.append(int(part))
+        except ValueError:
+            raise ValueError(f"chapters must be numbers, ranges or 'all' (e.g. 1,3 or 1-3); got {spec!r}") from None
+    missing = sorted(set(numbers) - set(available))
+    if missing:
+        raise ValueError(f"chapters must exist in book/; no chapter {missing} (there are {sorted(available)})")
+    return [available[n] for n in sorted(set(numbers))]
+
+
+def book_chapters(book: Path) -> dict[int, Path]:
+    return {int(p.name[2:4]): p for p in sorted(book.glob("ch[0-9][0-9]_*.ipynb"))}
+
+
+def _source(cell: dict) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def solution_stub(label: str, code_cells: list[dict]) -> str:
+    """The code a student edition shows in place of a worked solution.
+
+    Keeps the names the solution defined (so that later cells still find them) and the checker calls
+    (so that the student sees which check to pass), and reports "not done yet" instead of crashing.
+    """
+    defs: list[str] = []
+    checks: list[str] = []
+    for cell in code_cells:
+        try:
+            tree = ast.parse(_source(cell))
+        except SyntaxError:
+            continue  # IPython magics: nothing to keep
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                args = ast.unparse(node.args)
+                defs.append(f"def {node.name}({args}):\n"
+                            f"    raise NotImplementedError(\"{label}: not done yet\")")
+            elif isinstance(node, ast.ClassDef):
+                defs.append(f"class {node.name}:\n    def __init__(self, *args, **kwargs):\n"
+                            f"        raise NotImplementedError(\"{label}: not done yet\")")
+            for sub in ast.walk(node):
+                if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "check"
+                        and sub.args and isinstance(sub.args[0], ast.Constant)):
+                    checks.append(ast.unparse(sub))
+    blocks = [f"# Exercise {label}: your answer here, in place of the stub(s)."]
+    blocks += defs
+    if checks:
+        blocks.append("\n".join(["try:", *(f"    {c}" for c in checks),
+                                  "except (NotImplementedError, AssertionError) as error:  # reported, not raised",
+                                  f"    print(\"{label}: not done yet:\", error)"]))
+    else:
+        blocks.append(f"print(\"{label}: not done yet\")")
+    return blocks[0] + "\n" + "\n\n".join(blocks[1:])
+
+
+def student_edition(nb: dict) -> tuple[dict, int]:
+    """A copy of ``nb`` with every solution replaced by a stub; returns it and the number replaced."""
+    out = copy.deepcopy(nb)
+    cells, kept, i, n = out["cells"], [], 0, 0
+    while i < len(cells):
+        found = START.search(_source(cells[i])) if cells[i]["cell_type"] == "markdown" else None
+        if not found:
+            kept.append(cells[i])
+            i += 1
+            continue
+        label = found.group(1)
+        j = i
+        while j < len(cells) and not (cells[j]["cell_type"] == "markdown" and END in _source(cells[j])):
+            j += 1
+        if j == len(cells):
+            raise ValueError(f"solution {label} has no {END}")
+        code = [c for c in cells[i:j + 1] if c["cell_type"] == "code"]
+        base = cells[i].get("id", f"sol{i}")
+        kept.append({"cell_type": "markdown", "id": f"{base}-student", "metadata": {},
+                     "source": f"**Your answer** to {{ref}}`{label}`. The worked solution is in the "
+                               "instructor edition."})
+        kept.append({"cell_type": "code", "id": f"{base}-stub", "metadata": {}, "execution_count": None,
+                     "outputs": [], "source": solution_stub(label, code)})
+        n += 1
+        i = j + 1
+    out["cells"] = kept
+    return out, n
+
+
+def course_toc(chapters: list[Path], front: list[str]) -> str:
+    lines = ["# Table of contents of a course cut by tools/course.py.", "format: jb-book",
+             f"root: {front[0]}", "parts:"]
+    if front[1:]:
+        lines += ["  - caption: Front matter", "    chapters:"] + [f"      - file: {f}" for f in front[1:]]
+    lines += ["  - caption: Chapters", "    numbered: true", "    chapters:"]
+    lines += [f"      - file: book/{c.stem}" for c in chapters]
+    return "\n".join(lines) + "\n"
+
+
+def course_config(book_config: str, title: str, edition: str) -> str:
+    """The book's _config.yml with the course's title and without the book-only local extension paths."""
+    text = re.sub(r'^title:.*$', f"title: {json.dumps(title)}", book_config, count=1, flags=re.M)
+    header = f"# A course cut by tools/course.py ({edition} edition). Build: jupyter-book build .\n"
+    return header + text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python tools/course.py", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chapters", required=True, metavar="LIST",
+                    help="which chapters: numbers and ranges, e.g. 1,3 or 1-3, or 'all'")
+    ap.add_argument("--out", required=True, type=Path, metavar="DIR",
+                    help="folder to write the course into (created; must be empty or absent unless --force)")
+    edition = ap.add_mutually_exclusive_group()
+    edition.add_argument("--student", action="store_true",
+                         help="student edition: worked solutions and their outputs replaced by stubs")
+    edition.add_argument("--instructor", action="store_true",
+                         help="instructor edition, with the worked solutions (the default)")
+    ap.add_argument("--title", default=None,
+                    help="the course site's title (default: the book's title plus the edition)")
+    ap.add_argument("--no-outputs", action="store_true",
+                    help="clear every code cell's stored outputs (students then run the cells themselves)")
+    ap.add_argument("--force", action="store_true", help="write into DIR even if it is not empty")
+    ap.add_argument("--book", type=Path, default=ROOT, metavar="ROOT",
+                    help="the book's repository root, holding book/ and _config.yml (default: this checkout)")
+    args = ap.parse_args(argv)
+
+    chapters = parse_chapters(args.chapters, book_chapters(args.book / "book"))
+    out: Path = args.out
+    if out.exists() and any(out.iterdir()) and not args.force:
+        ap.error(f"--out {out} is not empty (add --force to write into it)")
+    kind = "student" if args.student else "instructor"
+    (out / "book").mkdir(parents=True, exist_ok=True)
+    replaced = 0
+    for path in chapters:
+        nb = json.loads(path.read_text())
+        if args.student:
+            nb, n = student_edition(nb)
+            replaced += n
+        if args.no_outputs:
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "code":
+                    cell["outputs"], cell["execution_count"] = [], None
+        (out / "book" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    front = ["book/intro", "book/preface", "book/notation", "book/running"]
+    for name in ("intro.md", "preface.md", "notation.md", "running.md", "references.bib", "bibliography.md",
+                 "sanitize.cfg"):
+        if (args.book / "book" / name).exists():
+            shutil.copy2(args.book / "book" / name, out / "book" / name)
+    front = [f for f in front if (out / f"{f}.md").exists()]
+    toc = course_toc(chapters, front)
+    if (out / "book" / "bibliography.md").exists():
+        toc += "  - caption: Back matter\n    chapters:\n      - file: book/bibliography\n"
+    (out / "_toc.yml").write_text(toc)
+    title = args.title or f"Attention, from Translation to Serving ({kind} edition)"
+    (out / "_config.yml").write_text(course_config((args.book / "_config.yml").read_text(), title, kind))
+    # What the book's _config.yml refers to: its stylesheet, its local Sphinx extensions and the
+    # vendored MathJax and widget JavaScript (made by `make book`; without them the course site
+    # needs a network).
+    for extra in ("_static", "tools/bibstyle.py", "tools/sitefix.py", "_vendor/site"):
+        src = args.book / extra
+        if src.is_dir():
+            shutil.copytree(src, out / extra, dirs_exist_ok=True)
+        elif src.exists():
+            (out / extra).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out / extra)
+    (out / "README.md").write_text(
+        f"# {title}\n\nChapters: {', '.join(c.stem for c in chapters)}.\n\n"
+        + ("Student edition: each worked solution is replaced by a stub that reports \"not done yet\".\n"
+           if args.student else "Instructor edition: worked solutions included.\n")
+        + "\nInstall the companion package (`pip install companion` from the book's repository), then open the "
+          "notebooks in `book/`. Build the course site with `jupyter-book build .`.\n")
+    print(f"course: {len(chapters)} chapter(s), {kind} edition"
+          + (f", {replaced} solutions replaced by stubs" if args.student else "") + f", written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
