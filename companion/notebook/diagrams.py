@@ -10,6 +10,9 @@ What this module provides, each a function returning a ``matplotlib.figure.Figur
   decoder and whose keys and values come from the encoder (chapters 1 and 3).
 - ``shifted_input()``: teacher forcing: the decoder reads BOS + target and is graded on
   target + EOS, one position ahead (chapter 3).
+- ``teacher_forcing_vs_generation()``: training reads the true prefix and predicts every position in
+  one pass under the causal mask; generation runs one pass per new token and feeds each sampled
+  token back as the next input (chapter 4).
 - ``glue_figure(name, fig)``: hand any figure to the book build under ``name``, where a
   ``{glue:figure}`` directive gives it a number, a caption and alt text; it is also displayed in
   the notebook itself (tag the cell ``remove-output`` so the book shows it once).
@@ -26,7 +29,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-__all__ = ["attention_steps", "multihead_split", "encoder_decoder", "shifted_input", "glue_figure"]
+__all__ = ["attention_steps", "multihead_split", "encoder_decoder", "shifted_input", "glue_figure",
+           "teacher_forcing_vs_generation"]
 
 DIAGRAMS = ("attention_steps", "multihead_split", "encoder_decoder", "shifted_input")
 
@@ -234,6 +238,44 @@ def shifted_input(target: tuple[str, ...] = ("le", "chat", "dort")) -> Figure:
         ax.text(x + bw / 2, 2.65, f"position {i}", ha="center", va="center", fontsize=FONT - 1)
     _box(ax, x0, 0.95, (n - 1) * step + bw, 0.5,
          "position i reads inputs 0..i and predicts label i", OP)
+    return fig
+
+
+def teacher_forcing_vs_generation(tokens: tuple[str, ...] = ("to", "be", "or", "not", "to")) -> Figure:
+    """Left: training reads tokens[:-1] and is graded on tokens[1:], every position in one pass.
+    Right: generation starts from tokens[0]; pass t reads tokens[:t + 1] (its own earlier samples)
+    and samples token t + 1, which the next pass reads."""
+    if len(tokens) < 3 or not all(isinstance(t, str) and t for t in tokens):
+        raise ValueError(f"tokens must be at least 3 non-empty strings; got {tokens!r}")
+    inputs, labels = tokens[:-1], tokens[1:]
+    n = len(inputs)
+    step, bw = 0.95, 0.75
+    width = 2 * (0.3 + n * step) + 0.6
+    fig, ax = _canvas(width, 3.4)
+    left, right = 0.3, 0.3 + n * step + 0.6
+    ax.text(left, 3.15, "training: teacher forcing", ha="left", va="center", fontsize=FONT, weight="bold")
+    ax.text(right, 3.15, "generation: one pass per token", ha="left", va="center", fontsize=FONT,
+            weight="bold")
+    for i in range(n):
+        x = left + i * step
+        _box(ax, x, 0.2, bw, 0.45, inputs[i], TENSOR)
+        _box(ax, x, 2.2, bw, 0.45, labels[i], OUT)
+        _arrow(ax, (x + bw / 2, 0.65), (x + bw / 2, 1.05))
+        _arrow(ax, (x + bw / 2, 1.6), (x + bw / 2, 2.2))
+    _box(ax, left, 1.05, (n - 1) * step + bw, 0.55, "one pass, causal mask:\nall T positions at once", OP)
+    ax.text(left + ((n - 1) * step + bw) / 2, 2.85, "graded on the true next tokens", ha="center",
+            va="center", fontsize=FONT - 1)
+    for i in range(n):
+        x = right + i * step
+        _box(ax, x, 0.2, bw, 0.45, inputs[0] if i == 0 else labels[i - 1], TENSOR if i == 0 else OUT)
+        _box(ax, x, 1.05, bw, 0.55, f"pass {i + 1}", OP)
+        _box(ax, x, 2.2, bw, 0.45, labels[i], OUT)
+        _arrow(ax, (x + bw / 2, 0.65), (x + bw / 2, 1.05))
+        _arrow(ax, (x + bw / 2, 1.6), (x + bw / 2, 2.2))
+        if i + 1 < n:  # the sample becomes the next pass's input
+            _arrow(ax, (x + bw, 2.3), (x + step, 0.55), colour="#2c7a2c", rad=-0.25)
+    ax.text(right + ((n - 1) * step + bw) / 2, 2.85, "each sample is fed back as input", ha="center",
+            va="center", fontsize=FONT - 1)
     return fig
 
 

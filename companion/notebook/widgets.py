@@ -7,6 +7,9 @@ What this module provides
 - ``positional_encoding_explorer(d, max_len)``: two sliders, a position and a channel pair, showing
   the sinusoidal encoding of that position (chapter 2, equation 2.1) and that pair's wave over all
   positions.
+- ``sampling_explorer(logits, labels)``: two sliders, temperature and top-p, and a bar chart of the
+  next-token distribution they leave (chapter 4): the tempered softmax over the nucleus, zero
+  outside it.
 
 The explorers are thin: the numbers they show come from ``companion.attention``.
 """
@@ -20,9 +23,10 @@ import matplotlib.pyplot as plt
 import torch
 
 from companion.attention import stable_softmax
+from companion.inference.generate import filter_logits
 from companion.positions import sinusoidal_table
 
-__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer"]
+__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer"]
 
 
 def softmax_temperature_explorer(
@@ -88,3 +92,42 @@ def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float
     pos = widgets.IntSlider(value=10, min=0, max=max_len - 1, description="position", continuous_update=False)
     pair = widgets.IntSlider(value=0, min=0, max=d // 2 - 1, description="pair i", continuous_update=False)
     return widgets.interactive(draw, position=pos, pair=pair)
+
+
+def sampling_explorer(
+    logits: Sequence[float] | torch.Tensor,
+    labels: Sequence[str],
+    *,
+    show: int = 12,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+):
+    """Return an ipywidgets ``interactive``: softmax(filter(logits / temperature, top_p)) over the
+    ``show`` most likely tokens, as the sampler of ``companion.inference.generate`` would draw them."""
+    import ipywidgets as widgets
+
+    z = torch.as_tensor(logits, dtype=torch.float32)
+    if z.dim() != 1 or z.numel() < 2:
+        raise ValueError(f"logits must be a 1-D sequence of at least 2 numbers; got shape {tuple(z.shape)}")
+    if len(labels) != z.numel():
+        raise ValueError(f"labels must have one entry per logit ({z.numel()}); got {len(labels)}")
+    if not (0.1 <= temperature <= 2.0 and 0.05 <= top_p <= 1.0):
+        raise ValueError(f"temperature must be in [0.1, 2] and top_p in [0.05, 1]; got {temperature}, {top_p}")
+    order = torch.argsort(z, descending=True)[:show]
+    names = [repr(labels[int(i)]).strip("'") for i in order]
+
+    def draw(temperature: float, top_p: float) -> None:
+        probs = torch.softmax(filter_logits(z, temperature, None, top_p), dim=-1)
+        kept = int((probs > 0).sum())
+        fig, ax = plt.subplots(figsize=(6.0, 2.6))
+        ax.bar(names, probs[order].numpy(), color=["tab:blue" if probs[i] > 0 else "lightgrey" for i in order])
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("probability")
+        ax.set_title(f"temperature {temperature:.2f}, top-p {top_p:.2f}: {kept} tokens can be drawn")
+        plt.show()
+
+    t_slider = widgets.FloatSlider(value=temperature, min=0.1, max=2.0, step=0.05, description="temperature",
+                                   continuous_update=False)
+    p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p",
+                                   continuous_update=False)
+    return widgets.interactive(draw, temperature=t_slider, top_p=p_slider)
