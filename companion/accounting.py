@@ -4,8 +4,13 @@ Formulas, written from the configs alone (tests hold them equal to the models' m
 - attention (GQA): d (h + 2g) d_h [+ (h + 2g) d_h biases] + h d_h d [+ d];
 - MLA: d d_c' + d_c' + d_c' h (d_h + d_R)  (or d h (d_h + d_R) without query compression)
        + d (d_c + d_R) + d_c + d_c h d_h + d_c h d_v + h d_v d;
-- SwiGLU: 3 d d_f; MLP: 2 d d_f + d_f + d (with biases); MoE: d N + (N + N_shared) 3 d d_f;
-- norms: d (RMS) or 2d (LayerNorm with bias).
+- SwiGLU / GeGLU: 3 d d_f (+ 2 d_f + d biases: gpt-oss's clamped experts); MLP: 2 d d_f + d_f + d
+  (with biases); MoE: d N (+ N router biases) + (N + N_shared) x one expert;
+- norms: d (RMS) or 2d (LayerNorm with bias), two per layer, four with sandwich norms (Gemma); QK-norm
+  adds 2 d_h per layer; sinks h per layer.
+- ``PUBLISHED``: the shapes of released models (Llama 3 8B / 70B, Qwen3 8B / 30B-A3B, Gemma 3 27B,
+  gpt-oss 20b / 120b, DeepSeek-V3) as ``DecoderConfig``s, from their published configs, so that the
+  formulas above reproduce the totals their model cards state (tests/test_accounting.py).
 - FLOPs per token: forward ~ 2 N_active + 2 L T_ctx (h d_h + h d_v) (scores and weighted sum);
   training ~ 3 x forward (= 6N + the attention term).
 - KV cache per token: MHA/GQA/MQA 2 L g d_h b bytes; MLA L (d_c + d_R) b bytes.
@@ -33,7 +38,58 @@ from companion.models.seq2seq import Seq2SeqConfig
 
 __all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token",
            "kv_bytes_per_token", "decode_step_bytes", "GpuPeak", "GPU_PEAKS", "gpu_peak", "peak_flops", "peak_bandwidth",
-           "training_flops_per_token"]
+           "training_flops_per_token", "PUBLISHED", "published_config"]
+
+# The shapes of released models, field by field from their published config.json files (hidden size,
+# layers, heads, KV heads, head width, FFN / expert widths, vocabulary, experts, MLA ranks, windows).
+# Weights are not needed: the counts follow from the shapes. max_seq_len is the released context.
+PUBLISHED: dict[str, dict] = {
+    "llama3-8b": dict(
+        vocab_size=128256, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, max_seq_len=8192, rope_base=500_000.0,
+    ),
+    "llama3-70b": dict(
+        vocab_size=128256, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28672, max_seq_len=8192, rope_base=500_000.0,
+    ),
+    "qwen3-8b": dict(
+        vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8, head_dim=128, d_ff=12288, qk_norm=True,
+        max_seq_len=40960, rope_base=1_000_000.0,
+    ),
+    "qwen3-30b-a3b": dict(
+        vocab_size=151936, d_model=2048, n_layers=48, n_heads=32, n_kv_heads=4, head_dim=128, d_ff=6144, qk_norm=True,
+        n_experts=128, top_k=8, moe_d_ff=768, max_seq_len=40960, rope_base=1_000_000.0,
+    ),
+    "gemma3-27b": dict(
+        vocab_size=262208, d_model=5376, n_layers=62, n_heads=32, n_kv_heads=16, head_dim=128, d_ff=21504, ffn="geglu",
+        qk_norm=True, norm_placement="sandwich", norm_offset=True, tie_embeddings=True, scale_embeddings=True,
+        window=1024, global_every=6, rope_base=10_000.0, rope_base_global=1_000_000.0, query_pre_attn_scalar=168,
+        rope_scaling="pi", rope_factor=8.0, rope_scaling_layers="global", max_seq_len=131072,
+    ),
+    "gpt-oss-20b": dict(
+        vocab_size=201088, d_model=2880, n_layers=24, n_heads=64, n_kv_heads=8, head_dim=64, moe_d_ff=2880, n_experts=32,
+        top_k=4, sinks=True, attn_bias=True, router_bias=True, moe_expert="clamped_swiglu", window=128, global_every=2,
+        rope_base=150_000.0, rope_scaling="yarn_hf", rope_factor=32.0, rope_original_max_len=4096, rope_truncate=False,
+        norm_eps=1e-5, max_seq_len=131072,
+    ),
+    "gpt-oss-120b": dict(
+        vocab_size=201088, d_model=2880, n_layers=36, n_heads=64, n_kv_heads=8, head_dim=64, moe_d_ff=2880, n_experts=128,
+        top_k=4, sinks=True, attn_bias=True, router_bias=True, moe_expert="clamped_swiglu", window=128, global_every=2,
+        rope_base=150_000.0, rope_scaling="yarn_hf", rope_factor=32.0, rope_original_max_len=4096, rope_truncate=False,
+        norm_eps=1e-5, max_seq_len=131072,
+    ),
+    "deepseek-v3": dict(  # the main model; the released checkpoint adds one multi-token-prediction layer
+        vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, attention="mla", q_rank=1536, kv_rank=512,
+        mla_head_dim=128, rope_dim=64, v_head_dim=128, d_ff=18432, moe_d_ff=2048, n_experts=256, n_shared_experts=1,
+        top_k=8, first_dense_layers=3, router="sigmoid", bias_balancing=True, expert_groups=8, topk_groups=4,
+        routed_scaling_factor=2.5, max_seq_len=163840,
+    ),
+}
+
+
+def published_config(name: str, **overrides) -> DecoderConfig:
+    """The ``DecoderConfig`` of a released model (``PUBLISHED``); shapes only, nothing is allocated."""
+    if name not in PUBLISHED:
+        raise ValueError(f"unknown published model {name!r}; known: {', '.join(PUBLISHED)}")
+    return DecoderConfig(**{**PUBLISHED[name], "name": name, **overrides})
 
 
 def _norm(kind: str, d: int) -> int:
@@ -49,27 +105,35 @@ def _attention(c: DecoderConfig) -> int:
     g, dh = c.kv_heads, c.attn_head_dim
     n = d * (h + 2 * g) * dh + h * dh * d
     if c.attn_bias:
-        n += (h + 2 * g) * dh + d
-    return n + (h if c.sinks else 0)
+        n += (h + 2 * g) * dh
+    if c.attn_bias if c.attn_out_bias is None else c.attn_out_bias:
+        n += d
+    return n + (h if c.sinks else 0) + (2 * dh if c.qk_norm else 0)
 
 
 def _ffn(kind: str, d: int, d_f: int, bias: bool) -> int:
-    if kind == "swiglu":
+    if kind in ("swiglu", "geglu", "clamped_swiglu"):
         return 3 * d * d_f + (2 * d_f + d if bias else 0)
     return 2 * d * d_f + (d_f + d if bias else 0)
+
+
+def _expert(c: DecoderConfig) -> int:
+    """Parameters of one routed expert: a SwiGLU of width moe_d_ff (gpt-oss's with biases)."""
+    return _ffn(c.moe_expert, c.d_model, c.moe_d_ff or c.ffn_hidden, c.moe_expert == "clamped_swiglu")
 
 
 def decoder_parameters(c: DecoderConfig, active: bool = False) -> int:
     """Parameter count of ``Decoder(c)``; ``active``: only the top_k routed experts per MoE layer."""
     d, V = c.d_model, c.vocab_size
     n = V * d * (1 if c.tie_embeddings else 2) + (c.max_seq_len * d if c.position == "learned" else 0)
-    n += _norm(c.norm, d) if c.norm_placement == "pre" else 0  # final norm
+    n += _norm(c.norm, d) if c.norm_placement in ("pre", "sandwich") else 0  # final norm
+    norms = 4 if c.norm_placement == "sandwich" else 2
     for i in range(c.n_layers):
-        n += _attention(c) + 2 * _norm(c.norm, d)
+        n += _attention(c) + norms * _norm(c.norm, d)
         if c.is_moe(i):
-            expert = 3 * d * (c.moe_d_ff or c.ffn_hidden)
             used = c.top_k if active else c.n_experts
-            n += d * c.n_experts + (used + c.n_shared_experts) * expert
+            shared = 3 * d * (c.moe_d_ff or c.ffn_hidden)
+            n += d * c.n_experts + (c.n_experts if c.router_bias else 0) + used * _expert(c) + c.n_shared_experts * shared
         else:
             n += _ffn(c.ffn, d, c.ffn_hidden, c.ffn_bias)
     return n
@@ -203,7 +267,7 @@ def decode_step_bytes(
             used = min(c.n_experts, c.top_k * B) if moe_experts is None else moe_experts
             if isinstance(used, bool) or not isinstance(used, int) or not 1 <= used <= c.n_experts:
                 raise ValueError(f"moe_experts must be an int in [1, n_experts={c.n_experts}] or None; got {moe_experts!r}")
-            n -= len(moe_layers) * (c.n_experts - used) * 3 * d * (c.moe_d_ff or c.ffn_hidden)
+            n -= len(moe_layers) * (c.n_experts - used) * _expert(c)
         elif moe_experts is not None:
             raise ValueError(f"moe_experts applies to MoE models only (n_experts > 0); got {moe_experts!r}")
         windows = c.layer_windows()

@@ -4,6 +4,8 @@
   layer rescales the stream; deep stacks need learning-rate warm-up to train.
 - pre-norm (GPT-2 onwards): x <- x + Sublayer(Norm(x)). The residual path is an identity from input
   to output, gradients reach early layers undiminished; the model needs one final norm.
+- sandwich (Gemma 2 and 3): x <- x + PostNorm(Sublayer(PreNorm(x))). Pre-norm plus a second norm on
+  each sublayer's output before it joins the stream, which bounds what one layer can add.
 
 A ``Block`` wires any attention module that follows the cache contract (``MultiHeadAttention``,
 ``MultiHeadLatentAttention``), an optional cross-attention, and any feed-forward module (MLP,
@@ -21,7 +23,7 @@ from companion.norms import make_norm
 
 __all__ = ["Block", "PLACEMENTS"]
 
-PLACEMENTS = ("pre", "post")
+PLACEMENTS = ("pre", "post", "sandwich")
 
 
 class Block(nn.Module):
@@ -37,20 +39,31 @@ class Block(nn.Module):
         norm_bias: bool = True,
         cross_attn: nn.Module | None = None,
         dropout: float = 0.0,
+        norm_offset: bool = False,
     ):
+        """norm_offset: RMSNorms with the gain 1 + w (Gemma), see ``companion.norms.RMSNorm``."""
         super().__init__()
         if placement not in PLACEMENTS:
             raise ValueError(f"norm placement must be one of {PLACEMENTS}; got {placement!r}")
         self.placement = placement
         self.attn, self.ffn, self.cross_attn = attn, ffn, cross_attn
-        self.attn_norm = make_norm(norm, d, norm_eps, norm_bias)
-        self.cross_norm = make_norm(norm, d, norm_eps, norm_bias) if cross_attn is not None else None
-        self.ffn_norm = make_norm(norm, d, norm_eps, norm_bias)
+        def new_norm() -> nn.Module:
+            return make_norm(norm, d, norm_eps, norm_bias, offset=norm_offset)
+
+        self.attn_norm = new_norm()
+        self.cross_norm = new_norm() if cross_attn is not None else None
+        self.ffn_norm = new_norm()
+        if placement == "sandwich":  # the output norms; created only here, so other blocks' state is unchanged
+            if cross_attn is not None:
+                raise ValueError("placement='sandwich' is for decoder-only blocks (no cross_attn)")
+            self.attn_post_norm, self.ffn_post_norm = new_norm(), new_norm()
         self.dropout = nn.Dropout(dropout)
 
-    def _residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor]) -> Tensor:
+    def _residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor], post: nn.Module | None = None) -> Tensor:
         if self.placement == "pre":
             return x + self.dropout(f(norm(x)))
+        if self.placement == "sandwich":
+            return x + self.dropout(post(f(norm(x))))
         return norm(x + self.dropout(f(x)))
 
     def forward(
@@ -63,7 +76,9 @@ class Block(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:  # (B, T, d) -> (B, T, d)
-        x = self._residual(x, self.attn_norm, lambda h: self.attn(h, positions, cache, mask=mask))
+        sandwich = self.placement == "sandwich"
+        x = self._residual(x, self.attn_norm, lambda h: self.attn(h, positions, cache, mask=mask),
+                           self.attn_post_norm if sandwich else None)
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_norm, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask))
-        return self._residual(x, self.ffn_norm, self.ffn)
+        return self._residual(x, self.ffn_norm, self.ffn, self.ffn_post_norm if sandwich else None)

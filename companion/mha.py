@@ -9,6 +9,13 @@ Options, each one a constructor argument: fused QKV projection (one matrix, one 
 cross-attention (keys and values from an encoder's output), causal / padding / sliding-window masks,
 StreamingLLM kept initial tokens (``keep``), gpt-oss attention sinks (a learned per-head logit in
 the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.kernels.attend``).
+Three more options that real families use:
+- ``qk_norm`` (Qwen3, Gemma 3): an RMSNorm over each head's d_h channels of q and of k, applied
+  before RoPE, so that the size of a score no longer grows with the size of the projections;
+- ``scale``: the score factor when it is not 1 / sqrt(d_h) (Gemma's ``query_pre_attn_scalar`` s
+  gives scale = s^(-1/2));
+- ``softcap`` (Gemma 2): scores pass through c tanh(score / c) before the mask and the softmax, a
+  smooth clamp to (-c, c) (``softcapped_attention``, the written-out path it forces).
 
 The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
 an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
@@ -25,9 +32,10 @@ from torch import Tensor, nn
 
 from companion.kernels.attend import BACKENDS, attend
 from companion.cache import LayerCache
+from companion.norms import RMSNorm
 from companion.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 
-__all__ = ["MultiHeadAttention", "position_mask", "check_heads"]
+__all__ = ["MultiHeadAttention", "position_mask", "check_heads", "softcapped_attention"]
 
 
 def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None) -> int:
@@ -61,6 +69,27 @@ def position_mask(
     return allowed
 
 
+def softcapped_attention(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, cap: float, sinks: Tensor | None = None
+) -> Tensor:
+    """softmax(c tanh(q k^T scale / c) + M) v with M = -inf where ``allowed`` is False (Gemma 2).
+
+    q (B, h, T, d), k and v (B, g, S, d) with g dividing h, allowed broadcastable to (B, h, T, S),
+    sinks (h,) optional per-head sink logits in the denominator. A row with no readable key is zero.
+    """
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = cap * torch.tanh(scores / cap)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
+        weights = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    else:
+        weights = scores.softmax(dim=-1)
+    return torch.matmul(weights.nan_to_num(0.0), v)
+
+
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention with h query heads and g key/value heads (g divides h).
 
@@ -75,6 +104,9 @@ class MultiHeadAttention(nn.Module):
         sinks: learn one sink logit per head (gpt-oss).
         rope: a ``RotaryEmbedding`` applied to q and k; ``alibi``: add ALiBi biases instead.
         backend: "auto", "reference", "sdpa", ... (``companion.kernels.attend.BACKENDS``).
+        qk_norm: RMSNorm on each head of q and k before RoPE (eps ``qk_norm_eps``, gain 1 + w when
+            ``qk_norm_offset``, as Gemma 3 stores it).
+        scale: score factor (default 1 / sqrt(d_h)); softcap: c of the score soft-cap, or None.
     """
 
     def __init__(
@@ -96,9 +128,18 @@ class MultiHeadAttention(nn.Module):
         alibi: bool = False,
         backend: str = "auto",
         dropout: float = 0.0,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
+        qk_norm_offset: bool = False,
+        scale: float | None = None,
+        softcap: float | None = None,
     ):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if scale is not None and not scale > 0:
+            raise ValueError(f"scale must be > 0 or None; got {scale}")
+        if softcap is not None and not softcap > 0:
+            raise ValueError(f"softcap must be > 0 or None; got {softcap}")
         self.head_dim = check_heads(d_model, n_heads, n_kv_heads, head_dim)
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 (a query always sees itself) or None; got {window}")
@@ -132,6 +173,11 @@ class MultiHeadAttention(nn.Module):
         # Sink logits start at 0: the "nowhere" option begins as likely as one ordinary key with score 0.
         self.sinks = nn.Parameter(torch.zeros(h)) if sinks else None
         self.dropout = nn.Dropout(dropout)
+        self.scale, self.softcap = scale, softcap
+        if qk_norm:  # created only when asked, so other models' state dicts are unchanged
+            self.q_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
+            self.k_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
+        self.qk_norm = qk_norm
 
     def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
         B, T, _ = x.shape
@@ -171,7 +217,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 raise ValueError("cross-attention keeps no cache here: its keys come from the fixed memory")
             q, k, v = self.project_qkv(x, memory)
-            out = attend(q, k, v, mask=mask, backend=self.backend, sinks=self.sinks)
+            out = attend(q, k, v, mask=mask, backend=self.backend, sinks=self.sinks, scale=self.scale)
             return self.dropout(self.out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)))
 
         B, T, _ = x.shape
@@ -179,6 +225,8 @@ class MultiHeadAttention(nn.Module):
             start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=x.device)
         q, k, v = self.project_qkv(x)
+        if self.qk_norm:  # per head, before RoPE (Qwen3, Gemma 3)
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
             if positions.shape[0] != T:
                 raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={T}")
@@ -199,13 +247,21 @@ class MultiHeadAttention(nn.Module):
         bias = None
         if self.alibi_slopes is not None:
             bias = alibi_bias(self.alibi_slopes, positions, k_positions.to(positions.device))
-        if not self.causal and self.window is None:  # encoder self-attention: only the extra mask
-            out = attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
+        if self.softcap is not None:  # the cap acts on the scores themselves: the written-out path
+            allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
+            if same_sequence is not None:
+                allowed = allowed & same_sequence.to(allowed.device)
+            if mask is not None:
+                allowed = allowed & mask
+            scale = self.scale if self.scale is not None else self.head_dim ** -0.5
+            out = softcapped_attention(q, k, v, allowed, scale, self.softcap, self.sinks)
+        elif not self.causal and self.window is None:  # encoder self-attention: only the extra mask
+            out = attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
         elif self.keep == 0 and same_sequence is None:
             # Causal (+ window): the stored keys are contiguous positions ending at the newest row, so
             # query i sits at S - T + i (attend's convention; a window mask only looks at differences),
             # and the backend may use its fused causal / windowed kernel.
-            out = attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks)
+            out = attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
         else:
             # Kept tokens or packed sequences: the mask comes from the absolute positions themselves.
             allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
@@ -213,13 +269,16 @@ class MultiHeadAttention(nn.Module):
                 allowed = allowed & same_sequence.to(allowed.device)
             if mask is not None:
                 allowed = allowed & mask
-            out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks)
+            out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
         return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
 
     def _plain_causal(self, mask: Tensor | None) -> bool:
         """Causal self-attention with at most a sliding window: what ``LayerCache.attend`` computes.
         Sinks, ALiBi, kept tokens and extra masks go through ``update`` and ``attend`` here."""
-        return self.causal and self.keep == 0 and self.sinks is None and self.alibi_slopes is None and mask is None
+        return (
+            self.causal and self.keep == 0 and self.sinks is None and self.alibi_slopes is None and mask is None
+            and self.scale is None and self.softcap is None  # the cache's own attend uses 1 / sqrt(d_h), no cap
+        )
 
     def extra_repr(self) -> str:
         kind = "MHA" if self.n_kv_heads == self.n_heads else ("MQA" if self.n_kv_heads == 1 else "GQA")

@@ -45,6 +45,10 @@ class MultiHeadLatentAttention(nn.Module):
         head_dim: d_h of the content part of q and k; rope_dim: d_R; v_head_dim: d_v (default d_h).
         rope_base, rope: the RoPE used for the decoupled parts (a ``RotaryEmbedding`` of width d_R).
         absorbed: compute with the absorbed path (see module docstring); same outputs.
+        norm_eps: eps of the two latent RMSNorms (on c and c'). DeepSeek-V3 fixes it at 1e-6, apart
+            from the ``rms_norm_eps`` of the block's own norms: keep the two separate.
+        scale: the score factor, default 1 / sqrt(d_h + d_R) (DeepSeek-V3 with YaRN multiplies it by
+            (0.1 mscale_all_dim ln s + 1)^2).
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class MultiHeadLatentAttention(nn.Module):
         absorbed: bool = False,
         backend: str = "auto",
         norm_eps: float = 1e-6,
+        scale: float | None = None,
     ):
         super().__init__()
         for name, val in (("n_heads", n_heads), ("kv_rank", kv_rank), ("head_dim", head_dim), ("rope_dim", rope_dim)):
@@ -91,7 +96,9 @@ class MultiHeadLatentAttention(nn.Module):
         self.rope = rope if rope is not None else RotaryEmbedding(rope_dim)
         if self.rope.head_dim != rope_dim:
             raise ValueError(f"rope.head_dim ({self.rope.head_dim}) must equal rope_dim ({rope_dim})")
-        self.scale = 1.0 / math.sqrt(qk)
+        if scale is not None and not scale > 0:
+            raise ValueError(f"scale must be > 0 or None; got {scale}")
+        self.scale = 1.0 / math.sqrt(qk) if scale is None else scale
 
     def queries(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, T, d) -> q^C (B, h, T, d_h), q^R (B, h, T, d_R) with RoPE applied."""

@@ -5,6 +5,8 @@ What this module provides
   (Ba, Kiros and Hinton 2016; the 2017 Transformer and GPT).
 - ``RMSNorm``: y = x / sqrt(mean(x^2) + eps) * gamma, no centring and no bias (Zhang and Sennrich
   2019; the modern decoder).
+- ``RMSNorm(d, offset=True)``: Gemma's parameterisation, y = x / sqrt(mean(x^2) + eps) * (1 + w),
+  w initialised to 0: the same function with gamma = 1 + w (so weight decay pulls the gain to 1).
 - ``make_norm(kind, d)``: pick one by name, so a model's config can say ``norm="rms"``.
 
 Each module has the plain path (the formula, written out, which is what the book teaches) and a
@@ -61,27 +63,29 @@ class RMSNorm(nn.Module):
     re-scaling (not the re-centring) is what stabilises training.
     """
 
-    def __init__(self, d: int, eps: float = 1e-6, fused: bool = True):
+    def __init__(self, d: int, eps: float = 1e-6, fused: bool = True, offset: bool = False):
         super().__init__()
         if d < 1:
             raise ValueError(f"d must be >= 1; got {d}")
-        self.eps = eps
+        self.eps, self.offset = eps, offset
         self.fused = fused and hasattr(F, "rms_norm")  # torch >= 2.4
-        self.weight = nn.Parameter(torch.ones(d))
+        # offset=True stores w with gamma = 1 + w (Gemma): the identity gain is w = 0
+        self.weight = nn.Parameter(torch.zeros(d) if offset else torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        gain = 1.0 + self.weight if self.offset else self.weight
         if self.fused:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+            return F.rms_norm(x, gain.shape, gain, self.eps)
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * gain
 
     def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}, fused={self.fused}"
+        return f"{self.weight.shape[0]}, eps={self.eps}, fused={self.fused}" + (", gain 1 + w" if self.offset else "")
 
 
-def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = True) -> nn.Module:
-    """``kind`` is "layer" (LayerNorm, with or without bias) or "rms" (RMSNorm)."""
+def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = True, offset: bool = False) -> nn.Module:
+    """``kind`` is "layer" (LayerNorm, with or without bias) or "rms" (RMSNorm; ``offset``: gain 1 + w)."""
     if kind == "layer":
         return LayerNorm(d, eps=1e-5 if eps is None else eps, bias=bias)
     if kind == "rms":
-        return RMSNorm(d, eps=1e-6 if eps is None else eps)
+        return RMSNorm(d, eps=1e-6 if eps is None else eps, offset=offset)
     raise ValueError(f"norm must be one of {NORMS}; got {kind!r}")

@@ -37,7 +37,7 @@ __all__ = [
     "alibi_bias",
 ]
 
-ROPE_SCALINGS = (None, "pi", "ntk", "yarn")
+ROPE_SCALINGS = (None, "pi", "ntk", "yarn", "yarn_hf", "llama3")
 
 
 def compiling() -> bool:
@@ -124,6 +124,13 @@ def rope_inverse_frequencies(
     original_max_len: int = 2048,
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
+    *,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    truncate: bool = True,
+    attention_factor: float | None = None,
+    mscale: float = 0.0,
+    mscale_all_dim: float = 0.0,
 ) -> tuple[Tensor, float]:
     """theta_i for i = 0..d_h/2-1 and the attention temperature factor, for each scaling scheme.
 
@@ -135,6 +142,22 @@ def rope_inverse_frequencies(
              makes over the original context L (lambda_i = 2 pi / theta_i): r < beta_slow -> PI
              (theta / s), r > beta_fast -> untouched, linear ramp in between. Logits are
              sharpened by (0.1 ln s + 1)^2, applied as a factor 0.1 ln s + 1 on both q and k.
+    - "yarn_hf": YaRN as transformers (and the released gpt-oss / DeepSeek-V3 code) computes it. Same
+             endpoints (theta_i / s below beta_slow turns, theta_i above beta_fast), but the ramp
+             between them is linear in the channel index i, not in the turn count r_i:
+             i_lo = floor(d_h ln(L / (2 pi beta_fast)) / (2 ln base)), i_hi = ceil(same with
+             beta_slow) (no floor / ceil when ``truncate=False``, as in gpt-oss), clamped to
+             [0, d_h - 1], and gamma_i = 1 - clamp((i - i_lo) / (i_hi - i_lo), 0, 1). Since r_i
+             falls geometrically with i, the book's ramp (linear in r) and this one (linear in
+             log r) agree at both ends and differ in between. ``attention_factor`` overrides the
+             temperature 0.1 ln s + 1 (transformers' ``attention_factor``); DeepSeek's variant gives
+             ``mscale`` and ``mscale_all_dim`` instead, and the temperature is then
+             (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1) (1 when they are equal, as in
+             DeepSeek-V3, whose attention applies the sharpening to the softmax scale instead).
+    - "llama3": Llama 3.1's piecewise rule over the wavelength lambda_i = 2 pi / theta_i, with
+             L the original context: lambda_i < L / high_freq_factor -> theta_i untouched;
+             lambda_i > L / low_freq_factor -> theta_i / s; in between the blend
+             (1 - m) theta_i / s + m theta_i, m = (L / lambda_i - low) / (high - low). No temperature.
     Returns (inv_freq (d_h/2,), mscale).
     """
     if head_dim < 2 or head_dim % 2:
@@ -157,6 +180,37 @@ def rope_inverse_frequencies(
         keep = ((turns - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)  # gamma(r): 1 keeps theta_i
         inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
         mscale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    elif scaling == "yarn_hf":
+        def index_of(turns: float) -> float:  # the channel index i at which r_i = turns
+            return head_dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        lo, hi = index_of(beta_fast), index_of(beta_slow)
+        if truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, head_dim - 1)
+        if lo == hi:
+            hi += 0.001  # transformers' guard against a zero-width ramp
+        ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0.0, 1.0)
+        keep = 1 - ramp  # 1 keeps theta_i (low i: fast channels), 0 interpolates
+        inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
+        def m(k: float) -> float:
+            return 0.1 * k * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+        if attention_factor is not None:
+            temperature = attention_factor
+        elif mscale and mscale_all_dim:
+            temperature = m(mscale) / m(mscale_all_dim)
+        else:
+            temperature = m(1.0)
+        mscale = temperature
+    elif scaling == "llama3":
+        if not 0 < low_freq_factor < high_freq_factor:
+            raise ValueError(f"llama3 RoPE needs 0 < low_freq_factor < high_freq_factor; got {low_freq_factor}, {high_freq_factor}")
+        wavelength = 2 * math.pi / inv_freq
+        long_wave, short_wave = original_max_len / low_freq_factor, original_max_len / high_freq_factor
+        mix = ((original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0.0, 1.0)
+        blended = (1 - mix) * inv_freq / factor + mix * inv_freq
+        inv_freq = torch.where(wavelength < short_wave, inv_freq, torch.where(wavelength > long_wave, inv_freq / factor, blended))
     return inv_freq.to(torch.float32), mscale
 
 
@@ -183,9 +237,12 @@ class RotaryEmbedding(nn.Module):
         scaling: str | None = None,
         factor: float = 1.0,
         original_max_len: int = 2048,
+        **options,
     ):
+        """``options``: the scheme's further parameters (beta_fast, beta_slow, low_freq_factor,
+        high_freq_factor, truncate, attention_factor), see ``rope_inverse_frequencies``."""
         super().__init__()
-        inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len)
+        inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len, **options)
         self.head_dim, self.base, self.scaling, self.factor, self.mscale = head_dim, base, scaling, factor, mscale
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         # Not state, only speed (decoding asks for a few rows per layer and step): a table of cos / sin

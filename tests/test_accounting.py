@@ -170,3 +170,83 @@ def test_one_table_of_gpu_peaks_serves_flops_and_bandwidth():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.peak_bandwidth is peak_bandwidth and not hasattr(module, "PEAK_TBS")
+
+
+# The totals the model cards state (rounded as stated), and which embedding matrices each card's "active"
+# count includes: cards differ, and the test says which convention each one uses.
+# - Llama 3 8B / 70B: meta-llama/Meta-Llama-3-8B and -70B model cards ("8B", "70B"); the exact counts
+#   8,030,261,248 and 70,553,706,496 are those the Hugging Face Hub shows for the safetensors.
+# - Qwen3-8B card: "Number of Parameters: 8.2B; Number of Parameters (Non-Embedding): 6.95B".
+# - Qwen3-30B-A3B card: "30.5B in total and 3.3B activated; Non-Embedding: 29.9B" (active counts
+#   both embedding matrices).
+# - Gemma 3 27B (google/gemma-3-27b-it card and technical report): "27B"; the report's table 1 gives
+#   25,600M non-embedding parameters for the language model (its 0.4B vision encoder is not modelled).
+# - gpt-oss model card (OpenAI, 2025), table 1: 120b 116.83B total, 5.13B active; 20b 20.91B total,
+#   3.61B active (active counts the unembedding, not the input embedding).
+# - DeepSeek-V3 technical report: "671B total parameters with 37B activated for each token" (the
+#   14B multi-token-prediction module is extra); its active count excludes the input embedding.
+CARDS = {
+    # name: (total, active, one unit of the card's last digit (0: exact), active counts the input embedding)
+    "llama3-8b": (8_030_261_248, 8_030_261_248, 0, True),
+    "llama3-70b": (70_553_706_496, 70_553_706_496, 0, True),
+    "qwen3-8b": (8.2e9, 8.2e9, 1e8, True),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, 1e8, True),
+    "gemma3-27b": (27e9, 27e9, 1e9, True),
+    "gpt-oss-20b": (20.91e9, 3.61e9, 1e7, False),
+    "gpt-oss-120b": (116.83e9, 5.13e9, 1e7, False),
+    "deepseek-v3": (671e9, 37e9, 1e9, False),
+}
+
+
+@pytest.mark.parametrize("name", list(CARDS))
+def test_published_parameter_counts_match_model_cards(name):
+    from companion.accounting import published_config
+
+    c = published_config(name)
+    total, active, unit, with_input_embedding = CARDS[name]
+    ours = decoder_parameters(c)
+    ours_active = decoder_parameters(c, active=True) - (0 if with_input_embedding else c.vocab_size * c.d_model)
+
+    # within one unit of the card's last digit (cards round, and Qwen's "3.3B" truncates 3.35B)
+    assert abs(ours - total) <= unit, f"{ours:,}"
+    assert abs(ours_active - active) <= unit, f"{ours_active:,}"
+
+
+def test_published_non_embedding_counts():
+    from companion.accounting import published_config
+
+    def non_embedding(name):
+        c = published_config(name)
+        return decoder_parameters(c) - c.vocab_size * c.d_model * (1 if c.tie_embeddings else 2)
+
+    assert abs(non_embedding("qwen3-8b") - 6.95e9) <= 1e7  # Qwen3-8B card
+    assert abs(non_embedding("qwen3-30b-a3b") - 29.9e9) <= 1e8  # Qwen3-30B-A3B card
+    assert abs(non_embedding("gemma3-27b") - 25_600e6) <= 1e6  # Gemma 3 report, table 1
+
+
+# KV cache per token, bf16 (2 bytes), from the configs: 2 L g d_h b for GQA, L (d_c + d_R) b for MLA.
+# Cards do not state these; the values are the formulas of chapter 8 on the published shapes
+# (DeepSeek-V2 paper, table 1: MLA caches (d_c + d_R) l elements per token; d_c = 512, d_R = 64 in V3).
+KV_BYTES = {
+    "llama3-8b": 2 * 32 * 8 * 128 * 2,  # 128 KiB
+    "llama3-70b": 2 * 80 * 8 * 128 * 2,  # 320 KiB
+    "qwen3-8b": 2 * 36 * 8 * 128 * 2,
+    "qwen3-30b-a3b": 2 * 48 * 4 * 128 * 2,
+    "gemma3-27b": 2 * 62 * 16 * 128 * 2,  # every layer; the 52 local layers keep at most 1024 tokens
+    "gpt-oss-20b": 2 * 24 * 8 * 64 * 2,  # every layer; half of them keep at most 128 tokens
+    "gpt-oss-120b": 2 * 36 * 8 * 64 * 2,
+    "deepseek-v3": 61 * (512 + 64) * 2,  # 70,272 bytes: MLA
+}
+
+
+@pytest.mark.parametrize("name", list(KV_BYTES))
+def test_published_kv_bytes_per_token(name):
+    from companion.accounting import published_config
+
+    c = published_config(name)
+    assert sum(kv_bytes_per_token(c, 2)) == KV_BYTES[name]
+    if c.window is not None:  # at a long context the windowed layers stop growing
+        long = decode_step_bytes(c, [32768], param_bytes=2)["kv"]
+        n_global = sum(w is None for w in c.layer_windows())
+        per_layer = KV_BYTES[name] // c.n_layers
+        assert long == per_layer * (n_global * 32768 + (c.n_layers - n_global) * c.window)

@@ -95,3 +95,49 @@ def test_mla_scores_written_out():
         s = s.masked_fill(~torch.ones(5, 5).tril().bool(), float("-inf"))
         out.append(s.softmax(-1) @ v)
     torch.testing.assert_close(m(x), m.out(torch.cat(out, -1)), atol=1e-5, rtol=1e-5)
+
+
+def _deepseek_v3_gates(moe: MoE, x):
+    """DeepSeek-V3 routing written out token by token, with Python lists: (N, E) gate matrix."""
+    out = torch.zeros(x.shape[0], moe.n_experts)
+    size = moe.n_experts // moe.n_groups
+    for n in range(x.shape[0]):
+        s = [torch.sigmoid(x[n] @ moe.router.weight[e]).item() for e in range(moe.n_experts)]
+        sel = [s[e] + moe.balance_bias[e].item() for e in range(moe.n_experts)]
+        group_score = [sum(sorted(sel[g * size:(g + 1) * size])[-2:]) for g in range(moe.n_groups)]
+        groups = sorted(range(moe.n_groups), key=lambda g: -group_score[g])[: moe.topk_groups]
+        allowed = [e for e in range(moe.n_experts) if e // size in groups]
+        chosen = sorted(allowed, key=lambda e: -sel[e])[: moe.top_k]
+        total = sum(s[e] for e in chosen) if moe.norm_topk_prob else 1.0
+        for e in chosen:
+            out[n, e] = s[e] / total * moe.routed_scaling_factor
+    return out
+
+
+@pytest.mark.parametrize(
+    "groups,topk_groups,norm,scale", [(1, 1, True, 1.0), (4, 2, True, 2.5), (4, 1, False, 1.0), (2, 1, False, 1.5)]
+)
+def test_deepseek_v3_routing_matches_written_out_rule(groups, topk_groups, norm, scale):
+    torch.manual_seed(2)
+    moe = MoE(16, 24, n_experts=8, top_k=2, n_shared=1, router="sigmoid", bias_balancing=True,
+              n_groups=groups, topk_groups=topk_groups, norm_topk_prob=norm, routed_scaling_factor=scale)
+    moe.balance_bias.copy_(torch.randn(8) * 0.3)
+    x = torch.randn(30, 16)
+    ids, gates, _ = moe.route(x)
+    dense = torch.zeros(30, 8).scatter(-1, ids, gates)
+    torch.testing.assert_close(dense, _deepseek_v3_gates(moe, x), atol=1e-6, rtol=1e-6)
+    if topk_groups < groups:  # the group limit binds: some token's plain top k would leave its groups
+        plain = (torch.sigmoid(x @ moe.router.weight.T) + moe.balance_bias).topk(2, -1).indices
+        assert not torch.equal(plain.sort(-1).values, ids.sort(-1).values)
+    y = moe(x)  # and the layer output is the gate-weighted sum of the experts plus the shared one
+    ref = sum(dense[:, e : e + 1] * ex(x) for e, ex in enumerate(moe.experts)) + moe.shared[0](x)
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_moe_routing_options_validated():
+    with pytest.raises(ValueError, match="n_groups"):
+        MoE(8, 16, n_experts=6, top_k=2, n_groups=4)
+    with pytest.raises(ValueError, match="topk_groups"):
+        MoE(8, 16, n_experts=8, top_k=2, n_groups=4, topk_groups=5)
+    with pytest.raises(ValueError, match="top_k"):
+        MoE(8, 16, n_experts=8, top_k=3, n_groups=4, topk_groups=1)
