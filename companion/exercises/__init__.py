@@ -15,7 +15,8 @@ What this package provides
 - ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``).
 - ``register(name)``: the decorator chapters' checker modules (``companion.exercises.ch01`` ...) use.
 - ``compare(case, got, expected, ...)``: the shared tensor comparison with a diagnosis; ``call(case, fn, ...)``
-  runs the learner's function and turns its exception into a failure that names the case.
+  runs the learner's function and turns its exception into a failure that names the case;
+  ``diagnose(case, got, expected, mistakes)`` also names the known mistake a wrong answer reproduces.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["check", "checkers", "register", "compare", "call", "ExerciseFailed", "Report"]
+__all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "Report"]
 
 _REGISTRY: dict[str, Callable] = {}
 
@@ -131,6 +132,24 @@ def compare(case: str, got, expected: Tensor, *, atol: float = 1e-5, rtol: float
         raise ExerciseFailed(f"{case}: values differ from the reference at {int(over.sum())} of {diff.numel()} "
                              f"entries; largest difference {worst:.3g} at index {idx} (expected "
                              f"{exp_f[idx].item():.4g}, got {got_f[idx].item():.4g})")
+
+
+def diagnose(case: str, got, expected: Tensor, mistakes: dict[str, Tensor], **kwargs) -> None:
+    """``compare``; on a mismatch, also say which known mistake ``got`` reproduces, if any.
+
+    ``mistakes`` maps a description ("the softmax over the wrong axis") to the result that mistake
+    gives on the same inputs. Infinities must sit in the same places; NaNs count as equal."""
+    try:
+        compare(case, got, expected, **kwargs)
+    except ExerciseFailed as failure:
+        if isinstance(got, Tensor) and tuple(got.shape) == tuple(expected.shape):
+            g = got.detach().double()
+            for hint, wrong in mistakes.items():
+                w = wrong.detach().double()
+                if w.shape == g.shape and torch.equal(torch.isinf(g), torch.isinf(w)) and torch.allclose(
+                        g.nan_to_num(0, 0, 0), w.nan_to_num(0, 0, 0), atol=1e-6, rtol=1e-5):
+                    raise ExerciseFailed(f"{failure} -- your result equals {hint}") from None
+        raise
 
 
 def call(case: str, fn: Callable, *args, **kwargs):

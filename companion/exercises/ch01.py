@@ -28,7 +28,7 @@ from companion.attention import (
     scaled_dot_product_attention,
     stable_softmax,
 )
-from companion.exercises import ExerciseFailed, call, compare, register
+from companion.exercises import ExerciseFailed, call, diagnose, register
 
 
 def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
@@ -40,19 +40,6 @@ def _random_keep(gen: torch.Generator, *shape: int) -> Tensor:
     keep = torch.rand(*shape, generator=gen) < 0.6
     first = torch.randint(0, shape[-1], shape[:-1], generator=gen)
     return keep.scatter(-1, first.unsqueeze(-1), True)
-
-
-def _diagnose(case: str, got, expected: Tensor, mistakes: dict[str, Tensor], **kwargs) -> None:
-    """``compare``, and on a mismatch say which known mistake ``got`` reproduces, if any."""
-    try:
-        compare(case, got, expected, **kwargs)
-    except ExerciseFailed as failure:
-        if isinstance(got, Tensor) and tuple(got.shape) == tuple(expected.shape):
-            for hint, wrong in mistakes.items():
-                if wrong.shape == got.shape and torch.allclose(got.detach().double(), wrong,
-                                                               atol=1e-6, rtol=1e-5):
-                    raise ExerciseFailed(f"{failure} -- your result equals {hint}") from None
-        raise
 
 
 # --- ch01.masked_softmax -----------------------------------------------------------------------
@@ -85,7 +72,7 @@ def check_masked_softmax(fn, gen, report) -> None:
             "zeroing masked weights after the softmax (rows no longer sum to 1)":
                 torch.softmax(scores, -1) * keep,
         }
-        _diagnose(case, got, expected, mistakes, zero_where=~keep.expand(expected.shape),
+        diagnose(case, got, expected, mistakes, zero_where=~keep.expand(expected.shape),
                   zero_what="masked entries (keys the query may not read)")
         report.cases.append(case)
 
@@ -125,7 +112,7 @@ def check_attention(fn, gen, report) -> None:
             raise ExerciseFailed(f"{case}: wrong shape: expected {tuple(expected.shape)} = "
                                  f"(..., T, d_v), got {tuple(got.shape)} = (..., T, S): return the "
                                  f"weighted sum of the values, not the weights")
-        _diagnose(case, got, expected, mistakes)
+        diagnose(case, got, expected, mistakes)
         report.cases.append(case)
 
 
@@ -160,10 +147,10 @@ def check_attention_backward(fn, gen, report) -> None:
         no_jacobian = [grad_a @ k / math.sqrt(dk), grad_a.transpose(-2, -1) @ q / math.sqrt(dk)]
         for name, g, e, wrong, skipped in zip(("grad_q", "grad_k"), got[:2], expected[:2],
                                               unscaled, no_jacobian):
-            _diagnose(f"{case}, {name}", g, e,
+            diagnose(f"{case}, {name}", g, e,
                       {"the gradient without the 1/sqrt(d_k) factor of the scores": wrong,
                        "skipping the softmax Jacobian (1.4) (grad_S = grad_A)": skipped})
-        _diagnose(f"{case}, grad_v", got[2], expected[2],
+        diagnose(f"{case}, grad_v", got[2], expected[2],
                   {"A @ grad_out (it must be A^T @ grad_out)": weights @ grad_out
                    if T == S else torch.empty(0)})
         report.cases.append(case)

@@ -28,27 +28,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from companion.data import collate_pairs
-from companion.exercises import ExerciseFailed, call, compare, register
+from companion.exercises import ExerciseFailed, call, diagnose, register
 
 IGNORE = -100
 
 
 def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
     return scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
-
-
-def _diagnose(case: str, got, expected: Tensor, mistakes: dict[str, Tensor], **kwargs) -> None:
-    """``compare``, and on a mismatch say which known mistake ``got`` reproduces, if any."""
-    try:
-        compare(case, got, expected, **kwargs)
-    except ExerciseFailed as failure:
-        if isinstance(got, Tensor) and tuple(got.shape) == tuple(expected.shape):
-            for hint, wrong in mistakes.items():
-                same = wrong.shape == got.shape and torch.allclose(
-                    got.detach().double(), wrong.double(), atol=1e-6, rtol=1e-5)
-                if same:
-                    raise ExerciseFailed(f"{failure} -- your result equals {hint}") from None
-        raise
 
 
 # --- ch03.layer_norm ---------------------------------------------------------------------------
@@ -85,7 +71,7 @@ def check_layer_norm(fn, gen, report) -> None:
             "the normalised x without gamma and beta":
                 F.layer_norm(x, (d,), None, None, eps),
         }
-        _diagnose(case, got, expected, mistakes)
+        diagnose(case, got, expected, mistakes)
         report.cases.append(case)
 
 
@@ -118,11 +104,11 @@ def check_shift_targets(fn, gen, report) -> None:
         plain = [t + [eos] for t in targets]
         width = max(map(len, plain))
         labels_pad = torch.tensor([t + [pad] * (width - len(t)) for t in plain])
-        _diagnose(f"{case}, decoder_input", tgt_in, batch.tgt_in, {
+        diagnose(f"{case}, decoder_input", tgt_in, batch.tgt_in, {
             "target + EOS: the decoder input must start with BOS and end before EOS":
                 labels_pad,
         })
-        _diagnose(f"{case}, labels", labels, batch.labels, {
+        diagnose(f"{case}, labels", labels, batch.labels, {
             "the decoder input: labels are the targets one position ahead (target + EOS)":
                 batch.tgt_in,
             "labels padded with pad_id; padding must be labelled -100 so the loss ignores it":
@@ -180,7 +166,7 @@ def check_label_smoothing_loss(fn, gen, report) -> None:
             "the mean over all rows, -100 targets included (they must be left out)":
                 _smoothed(logits, targets, eps) * (targets != IGNORE).sum() / targets.numel(),
         }
-        _diagnose(case, got, expected, mistakes, atol=1e-6, rtol=1e-6)
+        diagnose(case, got, expected, mistakes, atol=1e-6, rtol=1e-6)
         report.cases.append(case)
 
 

@@ -25,24 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from companion.exercises import ExerciseFailed, call, compare, register
+from companion.exercises import ExerciseFailed, call, compare, diagnose, register
 from companion.inference.generate import filter_logits
 from companion.training.losses import cross_entropy, prompt_mask
-
-
-def _diagnose(case: str, got, expected: Tensor, mistakes: dict[str, Tensor], **kwargs) -> None:
-    """``compare``, and on a mismatch say which known mistake ``got`` reproduces, if any."""
-    try:
-        compare(case, got, expected, **kwargs)
-    except ExerciseFailed as failure:
-        if isinstance(got, Tensor) and tuple(got.shape) == tuple(expected.shape):
-            for hint, wrong in mistakes.items():
-                g, w = got.detach().double(), wrong.detach().double()
-                same = (w.shape == g.shape and torch.equal(torch.isinf(g), torch.isinf(w))
-                        and torch.allclose(g.nan_to_num(0, 0, 0), w.nan_to_num(0, 0, 0), atol=1e-6, rtol=1e-5))
-                if same:
-                    raise ExerciseFailed(f"{failure} -- your result equals {hint}") from None
-        raise
 
 
 # --- ch04.shift --------------------------------------------------------------------------------
@@ -58,7 +43,7 @@ def check_shift(fn, gen, report) -> None:
             raise ExerciseFailed(f"{case}: expected a pair (inputs, targets), got {type(got).__name__}")
         inputs, targets = got
         compare(case + ", inputs", inputs, tokens[:, :-1], atol=0, rtol=0)
-        _diagnose(case + ", targets", targets, tokens[:, 1:], {
+        diagnose(case + ", targets", targets, tokens[:, 1:], {
             "the inputs: the targets must be the inputs moved one position left": tokens[:, :-1],
         }, atol=0, rtol=0)
         report.cases.append(case)
@@ -112,7 +97,7 @@ def check_top_p_filter(fn, gen, report) -> None:
         sorted_p, order = probs.sort(-1, descending=True)
         strict = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, sorted_p.cumsum(-1) > p)
         unsorted = probs.cumsum(-1) - probs >= p
-        _diagnose(case, got, expected, {
+        diagnose(case, got, expected, {
             "dropping the token that crosses p (keep only while the cumulative sum <= p): the nucleus "
             "must reach p, and is never empty": logits.masked_fill(strict, float("-inf")),
             "a cumulative sum in vocabulary order: sort the probabilities first": logits.masked_fill(
@@ -137,7 +122,7 @@ def check_answer_loss(fn, gen, report) -> None:
         expected = cross_entropy(logits[:, :-1], tokens[:, 1:], loss_mask=answer[:, 1:])
         got = call(case, fn, logits.clone(), tokens.clone(), torch.tensor(prompts), torch.tensor(lengths))
         real = prompt_mask([0] * B, lengths, T)
-        _diagnose(case, got, expected, {
+        diagnose(case, got, expected, {
             "the loss over every real token, prompt included": cross_entropy(
                 logits[:, :-1], tokens[:, 1:], loss_mask=real[:, 1:]),
             "a mask not shifted with the targets (logits[:, t] predicts token t + 1)": cross_entropy(
