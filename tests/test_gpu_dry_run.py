@@ -10,6 +10,7 @@ so a chapter costs seconds. A chapter added to book/ is picked up here without a
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from notebook_runner import execute_notebook
 
 from companion.notebook.profile import (
     DRY_RUN_STEPS,
@@ -29,7 +31,7 @@ from companion.notebook.profile import (
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
-CELL_TIMEOUT_S = 600
+CELL_TIMEOUT_S = 300
 
 
 @pytest.fixture
@@ -51,26 +53,17 @@ def clean_env(monkeypatch, restore_threads):
 
 @pytest.mark.dry_run
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
-def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, monkeypatch, tmp_path):
-    nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv(ENV_VAR, "gpu")
-    monkeypatch.setenv(DRY_RUN_VAR, "1")
-    monkeypatch.delenv(THREADS_VAR, raising=False)   # the dry run pins torch to one thread itself
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    nb = nbformat.read(nb_path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
-    )
-    error = None
-    try:
-        client.execute()
-    except nbclient.exceptions.CellExecutionError as e:
-        error = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the kernel's traceback comes coloured
-    if error is not None:  # failed outside the except block, so pytest does not print the chained traceback
-        failed = tmp_path / nb_path.name
-        nbformat.write(nb, failed)
-        pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {failed}):\n{error[-4000:]}",
+def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path):
+    pytest.importorskip("nbclient")
+    env = {k: v for k, v in os.environ.items() if k != THREADS_VAR}  # the dry run pins one thread itself
+    env.update({ENV_VAR: "gpu", DRY_RUN_VAR: "1", "OMP_NUM_THREADS": "1", "COMPANION_PROGRESS": "0"})
+    executed = tmp_path / nb_path.name
+    status, err = execute_notebook(nb_path, executed, env, cell_timeout=CELL_TIMEOUT_S)
+    if status != 0:
+        err = re.sub(r"\x1b\[[0-9;]*m", "", err)  # the kernel's traceback comes coloured
+        pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n{err[-4000:]}",
                     pytrace=False)
+    nb = nbformat.read(executed, as_version=4)
     setup = "".join(
         out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
         if out.get("output_type") == "stream"
