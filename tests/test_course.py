@@ -1,4 +1,5 @@
-"""tools/course.py: a student edition has no solution code and still executes top to bottom."""
+"""companion.course (python -m companion course): a student edition has no solution code and still executes top
+to bottom; slides come from the cells tagged for them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import pytest
 from notebook_runner import execute_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import course  # noqa: E402
+from companion import course
 
 
 def _code(nb: dict) -> str:
@@ -52,9 +52,11 @@ def test_parse_chapters_rejects_unknown_chapters():
 
 
 def test_help_explains_every_option():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "course.py"), "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "companion", "course", "--help"], capture_output=True, text=True,
+                       cwd=ROOT)
     assert r.returncode == 0
-    parser_options = ["--chapters", "--out", "--student", "--instructor", "--title", "--no-outputs", "--force", "--book"]
+    parser_options = ["--chapters", "--out", "--student", "--instructor", "--title", "--no-outputs", "--force", "--book",
+                      "--slides", "--reveal-prefix"]
     for opt in parser_options:
         line = next(l for l in r.stdout.splitlines() if l.strip().startswith(opt))
         assert len(line.split(maxsplit=2)) >= 2, f"{opt} has no help text"
@@ -106,3 +108,47 @@ def solution_lines_outside(nb: dict) -> set[str]:
     inside = {id(c) for c in _solutions_only(nb)["cells"]}
     return {l.strip() for c in nb["cells"] if c["cell_type"] == "code" and id(c) not in inside
             for l in "".join(c["source"]).splitlines()}
+
+
+def test_myst_markup_becomes_plain_markdown_for_slides():
+    md = ("(sec-x)=\n## Masks {cite}`vaswani2017attention,shazeer2019fast`\n\nSee {numref}`fig-a` and "
+          "{ref}`the masks <sec-masks>`.\n\n$$\na = b\n$$ (eq-ab)\n\n```{admonition} Learning objectives\n"
+          ":class: tip\n- one\n```\n\n```{glue:figure} fig-a\n:name: fig-a\nA caption\n```\nafter")
+    out = course.myst_to_markdown(md)
+    assert out == ("## Masks [vaswani2017attention, shazeer2019fast]\n\nSee the figure and the masks.\n\n"
+                   "$$\na = b\n$$\n\n**Learning objectives**\n\n- one\n\nafter")
+
+
+def test_slides_keep_only_tagged_cells_and_hide_code_unless_asked():
+    def cell(kind, text, *tags):
+        c = {"cell_type": kind, "id": text[:8], "metadata": {"tags": list(tags)}, "source": text}
+        return c | ({"outputs": [], "execution_count": None} if kind == "code" else {})
+
+    nb = {"cells": [cell("markdown", "# Title", "slide"), cell("code", "x = 1"), cell("code", "plot()", "slide"),
+                    cell("code", "shown()", "slide-continue", "slide-code")], "metadata": {}, "nbformat": 4,
+          "nbformat_minor": 5}
+    deck = course.slides_notebook(nb)["cells"]
+    assert [c["source"] for c in deck] == ["# Title", "plot()", "shown()"]
+    assert [c["metadata"]["slideshow"]["slide_type"] for c in deck] == ["slide", "slide", "-"]
+    assert deck[1]["metadata"]["transient"] == {"remove_source": True} and "transient" not in deck[2]["metadata"]
+    with pytest.raises(ValueError, match="has no cells tagged 'slide'"):
+        course.slides_notebook({"cells": [cell("code", "x = 1")]})
+    with pytest.raises(ValueError, match="must be tagged 'slide'"):
+        course.slides_notebook({"cells": [cell("code", "x = 1", "slide-continue")]})
+
+
+def test_every_chapter_has_slides_and_exports_a_deck(tmp_path):
+    pytest.importorskip("nbconvert")
+    chapters = sorted((ROOT / "book").glob("ch[0-9][0-9]_*.ipynb"))
+    for path in chapters:
+        nb = json.loads(path.read_text())
+        assert len(course.slides_notebook(nb)["cells"]) >= 3, f"{path.name}: tag its cells for slides"
+    first = chapters[0]
+    assert course.main(["--chapters", str(int(first.name[2:4])), "--slides", "--out", str(tmp_path / "c"),
+                        "--book", str(ROOT)]) == 0
+    html = (tmp_path / "c" / "slides" / f"{first.stem}.slides.html").read_text()
+    tagged = course.slides_notebook(json.loads(first.read_text()))["cells"]
+    assert html.count('<section>') - html.count('<section>\n<section>') >= sum(
+        c["metadata"]["slideshow"]["slide_type"] == "slide" for c in tagged) - 1
+    assert "```{" not in html and "{cite}`" not in html  # no raw MyST on a slide
+    assert "image/png" in html or "data:image/png" in html  # the figures' outputs

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "companion"
 
 LAYERS: list[tuple[str, list[str]]] = [
     ("mathematics", ["companion.files", "companion.attention", "companion.positions", "companion.norms",
-                     "companion.feedforward"]),
+                     "companion.feedforward", "companion.attention_backward"]),
     ("kernels", ["companion.kernels"]),  # the attention entry point and its backends sit under the layers
     ("cache", ["companion.cache"]),
     ("layers", ["companion.mha", "companion.mla", "companion.moe", "companion.blocks"]),
@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("inference", ["companion.inference"]),
     ("accounting", ["companion.accounting", "companion.hf"]),
     ("systems", ["companion.engine", "companion.training"]),
-    ("notebook", ["companion.notebook", "companion.exercises"]),
+    ("notebook", ["companion.notebook", "companion.exercises", "companion.course"]),
     ("entry points", ["companion", "companion.__main__"]),
 ]
 

@@ -233,6 +233,16 @@ def cmd_train(args) -> int:
             "val_loss": history.last("val_loss"), "tokens_per_s": history.last("tokens_per_s"),
             "mfu": history.last("mfu"), "checkpoint": str(Path(config.out_dir).resolve()) if config.out_dir else None,
         }
+        # The human-readable lines first (stderr), then the JSON a script can parse (stdout).
+        val = summary["val_loss"]
+        print(f"trained {trainer.step} steps ({history.stop_reason}); last training loss {summary['loss']:.4f}"
+              + (f", validation loss {val:.4f}" if val is not None else ", no validation run (see --eval-every)"),
+              file=sys.stderr)
+        if summary["checkpoint"]:
+            print(f"checkpoints in {summary['checkpoint']} (sample with: python -m companion sample "
+                  f"--checkpoint {summary['checkpoint']} --prompt ...)", file=sys.stderr)
+        else:
+            print("no checkpoint written (pass --out DIR to keep the model)", file=sys.stderr)
         print(json.dumps(summary, indent=1))
     import torch.distributed as dist
 

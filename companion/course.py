@@ -1,13 +1,16 @@
-"""Cut a course from the book: chosen chapters, as a student or an instructor edition, as its own site.
+"""Cut a course from the book: chosen chapters, as a student or an instructor edition, as its own
+site, with reveal.js slides.
 
-    python tools/course.py --chapters 1,3 --student --out course/          # student edition
-    python tools/course.py --chapters 1,3 --out course-instructor/         # instructor edition
-    python tools/course.py --chapters 1-3 --student --title "Attention, week 1-3" --out course/
+    python -m companion course --chapters 1,3 --student --out course/        # student edition
+    python -m companion course --chapters 1,3 --out course-instructor/       # instructor edition
+    python -m companion course --chapters 1-3 --student --title "Attention, weeks 1-3" --out course/
+    python -m companion course --chapters 1 --slides --out talk/             # also slides/ch01_*.slides.html
 
-The output folder holds the chosen chapters' notebooks under ``book/``, the front matter they link
-to, a ``_toc.yml`` and a ``_config.yml`` for that subset (so ``jupyter-book build OUT`` makes the
-course's own site; the repository URL and Sphinx settings are the book's, from _config.yml), and a
-``README.md`` saying what the edition is.
+Run it from the book's repository (or pass ``--book ROOT``). The output folder holds the chosen
+chapters' notebooks under ``book/``, the front matter they link to, a ``_toc.yml`` and a
+``_config.yml`` for that subset (so ``jupyter-book build OUT`` makes the course's own site; the
+repository URL and Sphinx settings are the book's, from _config.yml), and a ``README.md`` saying
+what the edition is.
 
 The **student edition** replaces every worked solution, the cells between an exercise's
 ``{solution-start}`` and ``{solution-end}`` with their prose, code and outputs, by a short
@@ -17,6 +20,13 @@ exercise's checker (``check("chNN.name", fn)``) inside ``try``/``except`` so tha
 "not done yet" and goes on instead of stopping: a student edition executes top to bottom.
 Every other cell keeps its stored outputs (the course site shows them, as the book does) unless
 ``--no-outputs`` clears them. The **instructor edition** (the default) keeps the solutions too.
+
+**Slides** (``--slides``): each chapter's cells tagged ``slide`` (starts a slide) or
+``slide-continue`` (adds to the slide before) become a reveal.js deck,
+``slides/<chapter>.slides.html``. A code cell shows its outputs (a figure, a printed table) and
+its code only when it is also tagged ``slide-code``; the book's MyST markup (admonitions, labels,
+citations, cross-references) is turned into plain Markdown, which is what the deck can render.
+The deck loads reveal.js from a CDN (``--reveal-prefix`` points it at a local copy instead).
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository, in a source checkout
+SLIDE_TYPES = {"slide": "slide", "slide-continue": "-"}  # cell tag -> reveal.js slide type
 START = re.compile(r"\{solution-start\}\s+(\S+)")
 END = "{solution-end}"
 
@@ -130,8 +141,86 @@ def student_edition(nb: dict) -> tuple[dict, int]:
     return out, n
 
 
+_FENCE = re.compile(r"^(`{3,}|:{3,})\{(?P<name>[\w:-]+)\}[ \t]*(?P<arg>[^\n]*)\n(?P<body>.*?)^\1[ \t]*$", re.M | re.S)
+_ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<text>[^`]*)`")
+_ADMONITIONS = {"note", "tip", "important", "warning", "caution", "hint", "attention", "seealso", "danger", "error"}
+
+
+def myst_to_markdown(text: str) -> str:
+    """The book's MyST Markdown as plain Markdown a reveal.js deck can render.
+
+    Admonitions become a bold title and their body; figures pasted by ``{glue:figure}`` (the deck
+    shows the figure cell's own output instead), exercises and solutions are dropped; ``(label)=``
+    lines and equation labels go; a citation keeps its keys in brackets and a cross-reference its
+    target's text."""
+
+    def block(m: re.Match) -> str:
+        name, arg, body = m.group("name"), m.group("arg").strip(), m.group("body")
+        body = "\n".join(line for line in body.splitlines() if not re.match(r"^:[\w-]+:", line))
+        if name == "admonition" or name in _ADMONITIONS:
+            title = arg or name.capitalize()
+            return f"**{title}**\n\n" + myst_to_markdown(body).strip() + "\n"
+        if name in ("math",):
+            return f"$$\n{body.strip()}\n$$\n"
+        return ""  # glue:figure, exercise, solution-start/end, figure: nothing a deck can show
+
+    text = _FENCE.sub(block, text)
+    text = re.sub(r"^\([\w-]+\)=[ \t]*\n", "", text, flags=re.M)
+    text = re.sub(r"\$\$[ \t]*\([\w-]+\)", "$$", text)  # $$ ... $$ (eq-name)
+
+    def role(m: re.Match) -> str:
+        kind, target = m.group("role"), m.group("text")
+        if kind in ("cite", "cite:p", "cite:t"):
+            return "[" + ", ".join(k.strip() for k in target.split(",")) + "]"
+        shown = re.match(r"^(.*?)\s*<[^>]+>$", target)
+        if shown:
+            return shown.group(1)
+        return {"numref": "the figure", "eq": "the equation", "ref": "the section", "doc": "the chapter"}.get(kind, target)
+
+    return re.sub(r"\n{3,}", "\n\n", _ROLE.sub(role, text))
+
+
+def slides_notebook(nb: dict) -> dict:
+    """The cells of ``nb`` tagged for slides, with reveal.js metadata (see the module docstring).
+
+    Raises ``ValueError`` when no cell is tagged, or when the first tagged cell does not start a slide."""
+    cells = []
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", [])
+        kind = next((SLIDE_TYPES[t] for t in tags if t in SLIDE_TYPES), None)
+        if kind is None:
+            continue
+        if not cells and kind != "slide":
+            raise ValueError("the first cell tagged for slides must be tagged 'slide' (it starts the deck)")
+        cell = copy.deepcopy(cell)
+        cell["metadata"] = {"slideshow": {"slide_type": kind}}
+        if cell["cell_type"] == "markdown":
+            cell["source"] = myst_to_markdown(_source(cell))
+        elif "slide-code" not in tags:
+            cell["metadata"]["transient"] = {"remove_source": True}
+        cells.append(cell)
+    if not cells:
+        raise ValueError("the chapter has no cells tagged 'slide' or 'slide-continue'; tag the cells the deck shows")
+    return {**nb, "cells": cells}
+
+
+def write_slides(nb: dict, path: Path, reveal_prefix: str | None = None) -> None:
+    """Export ``slides_notebook(nb)`` as a reveal.js HTML deck at ``path`` (nbconvert's SlidesExporter)."""
+    import nbformat
+    from nbconvert import SlidesExporter
+
+    # reveal_scroll: a section's opening paragraph can be longer than one screen
+    exporter = SlidesExporter(exclude_input_prompt=True, exclude_output_prompt=True, reveal_scroll=True)
+    if reveal_prefix:
+        exporter.reveal_url_prefix = reveal_prefix
+    deck = nbformat.reads(json.dumps(slides_notebook(nb)), as_version=4)  # joins list sources
+    body, _ = exporter.from_notebook_node(deck)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+
+
 def course_toc(chapters: list[Path], front: list[str]) -> str:
-    lines = ["# Table of contents of a course cut by tools/course.py.", "format: jb-book",
+    lines = ["# Table of contents of a course cut by python -m companion course.", "format: jb-book",
              f"root: {front[0]}", "parts:"]
     if front[1:]:
         lines += ["  - caption: Front matter", "    chapters:"] + [f"      - file: {f}" for f in front[1:]]
@@ -143,13 +232,13 @@ def course_toc(chapters: list[Path], front: list[str]) -> str:
 def course_config(book_config: str, title: str, edition: str) -> str:
     """The book's _config.yml with the course's title and without the book-only local extension paths."""
     text = re.sub(r'^title:.*$', f"title: {json.dumps(title)}", book_config, count=1, flags=re.M)
-    header = f"# A course cut by tools/course.py ({edition} edition). Build: jupyter-book build .\n"
+    header = f"# A course cut by python -m companion course ({edition} edition). Build: jupyter-book build .\n"
     return header + text
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python tools/course.py", description=__doc__.split("\n\n")[0],
+        prog="python -m companion course", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chapters", required=True, metavar="LIST",
                     help="which chapters: numbers and ranges, e.g. 1,3 or 1-3, or 'all'")
@@ -165,11 +254,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-outputs", action="store_true",
                     help="clear every code cell's stored outputs (students then run the cells themselves)")
     ap.add_argument("--force", action="store_true", help="write into DIR even if it is not empty")
-    ap.add_argument("--book", type=Path, default=ROOT, metavar="ROOT",
-                    help="the book's repository root, holding book/ and _config.yml (default: this checkout)")
+    ap.add_argument("--book", type=Path, default=None, metavar="ROOT",
+                    help="the book's repository root, holding book/ and _config.yml (default: the current "
+                         "directory when it holds them, else the checkout this package was installed from)")
+    ap.add_argument("--slides", action="store_true",
+                    help="also export each chosen chapter's cells tagged 'slide'/'slide-continue' as a reveal.js "
+                         "deck, OUT/slides/<chapter>.slides.html")
+    ap.add_argument("--reveal-prefix", default=None, metavar="URL",
+                    help="where the slides load reveal.js from (default: nbconvert's CDN URL; a relative path "
+                         "to a local copy makes them work offline)")
     args = ap.parse_args(argv)
-
-    chapters = parse_chapters(args.chapters, book_chapters(args.book / "book"))
+    if args.book is None:
+        args.book = Path.cwd() if (Path.cwd() / "_config.yml").exists() and (Path.cwd() / "book").is_dir() else ROOT
+    if not (args.book / "book").is_dir() or not (args.book / "_config.yml").exists():
+        ap.error(f"--book {args.book} must be the book's repository root, holding book/ and _config.yml")
+    try:
+        chapters = parse_chapters(args.chapters, book_chapters(args.book / "book"))
+    except ValueError as e:
+        ap.error(str(e))
     out: Path = args.out
     if out.exists() and any(out.iterdir()) and not args.force:
         ap.error(f"--out {out} is not empty (add --force to write into it)")
@@ -186,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
                 if cell["cell_type"] == "code":
                     cell["outputs"], cell["execution_count"] = [], None
         (out / "book" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        if args.slides:
+            try:
+                write_slides(json.loads(path.read_text()), out / "slides" / f"{path.stem}.slides.html",
+                             args.reveal_prefix)
+            except ValueError as e:
+                ap.error(f"{path.name}: {e}")
     front = ["book/intro", "book/preface", "book/notation", "book/running"]
     for name in ("intro.md", "preface.md", "notation.md", "running.md", "references.bib", "bibliography.md",
                  "sanitize.cfg"):
@@ -215,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         + "\nInstall the companion package (`pip install companion` from the book's repository), then open the "
           "notebooks in `book/`. Build the course site with `jupyter-book build .`.\n")
     print(f"course: {len(chapters)} chapter(s), {kind} edition"
-          + (f", {replaced} solutions replaced by stubs" if args.student else "") + f", written to {out}")
+          + (f", {replaced} solutions replaced by stubs" if args.student else "")
+          + (f", slides in {out / 'slides'}" if args.slides else "") + f", written to {out}")
     return 0
 
 
