@@ -4,14 +4,20 @@
   book's budget (120 s a chapter, 20 minutes for the whole book, on 2 CPU cores).
 - Fails the run if --nbval was given but some notebook under book/ was not collected, so a
   renamed or mis-pathed chapter cannot drop out of testing silently.
+- After a run that executed every chapter under nbval without a failure, writes each chapter's time
+  and the machine to ``book/chapter_times.json``, from which ``tools/backmatter.py`` makes the
+  instructor guide's run-time table (generated, never typed).
 - Registers the ``dry_run`` marker (tests/test_gpu_dry_run.py: every chapter in the gpu profile's
   CPU dry run), so ``-m "not dry_run"`` leaves those out of a quick local run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 from collections import defaultdict
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -30,6 +36,8 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _durations: dict[str, float] = defaultdict(float)
+_failed: set[str] = set()
+TIMES_FILE = ROOT / "book" / "chapter_times.json"
 
 
 def pytest_configure(config):
@@ -42,6 +50,8 @@ def pytest_runtest_logreport(report):
     path = report.nodeid.split("::", 1)[0]
     if path.endswith(".ipynb"):
         _durations[path] += report.duration  # setup + call + teardown
+        if report.failed:
+            _failed.add(path)
     elif path.endswith("test_gpu_dry_run.py") and "[" in report.nodeid and report.nodeid.endswith(".ipynb]"):
         _durations[f"{report.nodeid.rsplit('[', 1)[1][:-1]} (gpu dry run)"] += report.duration
 
@@ -77,3 +87,32 @@ def pytest_terminal_summary(terminalreporter):
         flag = "  OVER BUDGET" if total > BOOK_BUDGET_S else ""
         tr.write_line(f"{total:8.1f} s  all notebooks, summed (budget {CHAPTER_BUDGET_S:.0f} s a chapter, "
                       f"{BOOK_BUDGET_S / 60:.0f} min in all){flag}")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Record the chapters' nbval times when this run executed all of them and none failed."""
+    if getattr(session.config, "workerinput", None) is not None:
+        return  # an xdist worker: the controller has every report
+    chapters = {p.name for p in (ROOT / "book").glob("ch[0-9][0-9]_*.ipynb")}
+    timed = {Path(p).name: s for p, s in _durations.items() if p.endswith(".ipynb")}
+    if not chapters or set(timed) != chapters or _failed or exitstatus != 0:
+        return
+    import torch
+
+    record = {
+        "note": "written by conftest.py after a full nbval run; tools/backmatter.py reads it",
+        "date": date.today().isoformat(), "cpu": _cpu_name(), "cores": os.cpu_count(),
+        "workers": session.config.getoption("numprocesses", default=None) or 1, "torch": torch.__version__,
+        "seconds": {name: round(timed[name], 1) for name in sorted(timed)},
+    }
+    TIMES_FILE.write_text(json.dumps(record, indent=1) + "\n")

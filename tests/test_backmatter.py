@@ -86,3 +86,27 @@ def test_sitefix_gives_tagged_cells_their_claim_id():
 def test_committed_index_is_current(name, make):
     committed = (ROOT / "book" / name).read_text()
     assert committed == make(ROOT / "book"), f"book/{name} is stale: run python tools/backmatter.py"
+
+
+def test_instructor_guide_tables_come_from_the_run_record_and_the_chapters(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    nb = _nb(("markdown", "# Chapter X\n", {}),
+             ("markdown", "```{exercise} Easy [1]\n:label: ex-easy\n```\n", {}),
+             ("markdown", "```{exercise} Project [3]\n:label: ex-proj\n```\n````{solution-start} ex-proj\n````", {}),
+             ("code", 'check("ch09.proj", f)', {}),
+             ("markdown", "````{solution-end}\n````", {}))
+    (book / "ch09_x.ipynb").write_text(json.dumps(nb))
+    (book / "ch10_y.ipynb").write_text(json.dumps(_nb(("markdown", "# Chapter Y\n", {}))))
+    template = tmp_path / "t.md"
+    template.write_text("A\n{{RUN_TIMES}}\nB\n{{HOMEWORK}}\n")
+    times = book / "chapter_times.json"
+    page = backmatter.instructor_page(book, template, times)
+    assert "No full test run has been recorded yet" in page
+    times.write_text(json.dumps({"date": "2026-12-01", "torch": "2.13.0", "workers": 2, "cores": 2, "cpu": "Some CPU",
+                                 "seconds": {"ch09_x.ipynb": 41.26}}))
+    page = backmatter.instructor_page(book, template, times)
+    assert "| {doc}`ch09_x` | 41 |" in page and "| {doc}`ch10_y` | not measured |" in page
+    assert "| all chapters | 41 |" in page and "2 cores of Some CPU" in page
+    row = next(line for line in page.splitlines() if line.startswith("| {doc}`ch09_x` | {ref}"))
+    assert "{ref}`Project <ex-proj>` (3) | {ref}`Project <ex-proj>`" in row and "ex-easy" not in row

@@ -1,6 +1,6 @@
 """Generate the book's back-matter indexes from the chapter notebooks.
 
-    python tools/backmatter.py           # write book/exercises_index.md and book/claims.md
+    python tools/backmatter.py           # write book/exercises_index.md, book/claims.md, book/instructor.md
     python tools/backmatter.py --check   # exit 1 when a tagged claim has no check (writes nothing)
 
 ``make book`` runs it before the build, so the indexes always list what the chapters hold.
@@ -157,6 +157,47 @@ def claims_page(book: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_times_table(times_file: Path, listed: list[Path]) -> str:
+    """The run-time table of the instructor guide, from the last full nbval run's record."""
+    if not times_file.exists():
+        return ("No full test run has been recorded yet: `make test` writes `book/chapter_times.json` "
+                "after it has executed every chapter without a failure.")
+    rec = json.loads(times_file.read_text())
+    secs = rec["seconds"]
+    lines = [f"Measured by the last full `make test` ({rec['date']}, torch {rec['torch']}): each chapter "
+             f"executed top to bottom under nbval in the default (quick) profile, on one torch thread, "
+             f"{rec['workers']} chapter(s) at a time on {rec['cores']} cores of {rec['cpu']}. The book's "
+             "budget is 120 s a chapter on such a machine; a laptop is usually faster. No GPU run of the "
+             "gpu profile has been recorded yet (`benchmarks/gpu_check.sh` is the prepared one).", "",
+             "| chapter | seconds (CPU, quick profile) |", "|---|---:|"]
+    total = 0.0
+    for path in listed:
+        s = secs.get(path.name)
+        total += s or 0.0
+        lines.append(f"| {{doc}}`{path.stem}` | {s:.0f} |" if s is not None else f"| {{doc}}`{path.stem}` | not measured |")
+    lines.append(f"| all chapters | {total:.0f} |")
+    return "\n".join(lines)
+
+
+def homework_table(book: Path) -> str:
+    """Exercises with a checker (they grade themselves) and the open-ended ones, by chapter."""
+    lines = ["Exercises with a checker grade themselves (the student calls `check(...)`); difficulty 3 ones "
+             "suit projects. Full list with difficulties: {ref}`exercises-index`.", "",
+             "| chapter | self-checking (difficulty) | projects (difficulty 3) |", "|---|---|---|"]
+    for path in chapters(book):
+        found = exercises(json.loads(path.read_text()))
+        checked = [f"{{ref}}`{e['title']} <{e['label']}>` ({e['level']})" for e in found if e["checkers"]]
+        projects = [f"{{ref}}`{e['title']} <{e['label']}>`" for e in found if e["level"] == "3"]
+        lines.append(f"| {{doc}}`{path.stem}` | {'; '.join(checked) or '-'} | {'; '.join(projects) or '-'} |")
+    return "\n".join(lines)
+
+
+def instructor_page(book: Path, template: Path, times_file: Path) -> str:
+    text = template.read_text()
+    text = text.replace("{{RUN_TIMES}}", run_times_table(times_file, chapters(book)))
+    return text.replace("{{HOMEWORK}}", homework_table(book))
+
+
 def unchecked(book: Path) -> list[Claim]:
     return [c for p in chapters(book) for c in claims(json.loads(p.read_text()), p.stem) if not c.checked]
 
@@ -173,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     (args.book / "exercises_index.md").write_text(exercises_page(args.book))
     (args.book / "claims.md").write_text(claims_page(args.book))
-    print(f"backmatter: wrote {args.book / 'exercises_index.md'} and {args.book / 'claims.md'}")
+    (args.book / "instructor.md").write_text(
+        instructor_page(args.book, ROOT / "tools" / "instructor_template.md", args.book / "chapter_times.json"))
+    print(f"backmatter: wrote {args.book / 'exercises_index.md'}, {args.book / 'claims.md'} and "
+          f"{args.book / 'instructor.md'}")
     return 1 if bad else 0
 
 
