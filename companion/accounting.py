@@ -20,6 +20,9 @@ Formulas, written from the configs alone (tests hold them equal to the models' m
 - GPU peaks (``GPU_PEAKS``, ``peak_flops``, ``peak_bandwidth``): dense bf16 TFLOP/s and memory TB/s per
   device, the denominators of MFU (``benchmarks/train_gpu.py``) and of bandwidth utilisation
   (``benchmarks/serving_gpu.py``).
+- The decode roofline (chapter 10): ``decode_step_flops`` (FLOPs of one decode step; over
+  ``decode_step_bytes`` it is the step's arithmetic intensity), ``attainable_flops`` (min(pi, I beta)),
+  and two quick probes of the machine at hand, ``measure_matmul_flops`` and ``measure_bandwidth``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from companion.models.seq2seq import Seq2SeqConfig
 
 __all__ = ["decoder_parameters", "gpt_parameters", "seq2seq_parameters", "kv_cache_bytes", "mla_cache_bytes", "flops_per_token",
            "kv_bytes_per_token", "decode_step_bytes", "GpuPeak", "GPU_PEAKS", "gpu_peak", "peak_flops", "peak_bandwidth",
-           "training_flops_per_token", "PUBLISHED", "published_config"]
+           "training_flops_per_token", "PUBLISHED", "published_config", "decode_step_flops", "attainable_flops",
+           "measure_matmul_flops", "measure_bandwidth"]
 
 # The shapes of released models, field by field from their published config.json files (hidden size,
 # layers, heads, KV heads, head width, FFN / expert widths, vocabulary, experts, MLA ranks, windows).
@@ -75,6 +79,14 @@ PUBLISHED: dict[str, dict] = {
         top_k=4, sinks=True, attn_bias=True, router_bias=True, moe_expert="clamped_swiglu", window=128, global_every=2,
         rope_base=150_000.0, rope_scaling="yarn_hf", rope_factor=32.0, rope_original_max_len=4096, rope_truncate=False,
         norm_eps=1e-5, max_seq_len=131072,
+    ),
+    "mistral-7b": dict(  # v0.1: a 4096-token sliding window on every layer (chapter 9)
+        vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, window=4096,
+        max_seq_len=32768, rope_base=10_000.0,
+    ),
+    "mixtral-8x7b": dict(  # 8 SwiGLU experts of Mistral 7B's width, top 2, softmax router (chapter 9)
+        vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, moe_d_ff=14336,
+        n_experts=8, top_k=2, max_seq_len=32768, rope_base=1_000_000.0,
     ),
     "deepseek-v3": dict(  # the main model; the released checkpoint adds one multi-token-prediction layer
         vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, attention="mla", q_rank=1536, kv_rank=512,
@@ -371,3 +383,94 @@ def training_flops_per_token(model: nn.Module, context: int) -> int | None:
         )
         return flops_per_token(c, context, training=True) - 3 * 2 * g.block_size * g.n_embd
     return None
+
+
+# --- the decode roofline (chapter 10) ---------------------------------------------------------------
+
+def decode_step_flops(c: DecoderConfig, context_lengths: Sequence[int]) -> int:
+    """FLOPs of one decode step of B sequences, one new token each (chapter 10):
+    sum_b [ 2 N_matmul + sum_l 2 h (d_qk + d_v) n_{b,l} ], the matmul part of ``flops_per_token`` plus
+    the scores and weighted sum over the n_{b,l} keys the new query of sequence b reads in layer l:
+    its context n_b on a global layer, min(n_b, w + keep) on a sliding-window layer, as
+    ``decode_step_bytes`` counts them. Divided by ``decode_step_bytes(...)["total"]`` it is the
+    arithmetic intensity I of the step, the x axis of the roofline (eq. roofline of the GPU appendix).
+    MLA counts as ``flops_per_token`` does, per head with d_qk = d_h + d_R (the up-projection of the
+    cached latents is not counted: the absorbed form skips it).
+    """
+    if not isinstance(c, DecoderConfig):
+        raise ValueError(f"c must be a DecoderConfig; got {type(c).__name__}")
+    if isinstance(context_lengths, (str, bytes)) or not isinstance(context_lengths, Sequence) or not len(context_lengths):
+        raise ValueError(f"context_lengths must be a non-empty sequence of ints, one per sequence; got {context_lengths!r}")
+    for n in context_lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= c.context_length:
+            raise ValueError(f"context_lengths must hold ints in [1, {c.context_length}] (the model's context); got {n!r}")
+    if c.attention == "mla":
+        dqk, dv = c.mla_head_dim + c.rope_dim, c.v_head_dim or c.mla_head_dim
+        windows = [None] * c.n_layers
+    else:
+        dqk = dv = c.attn_head_dim
+        windows = c.layer_windows()
+    matmuls = flops_per_token(c, context=0)  # 2 N_matmul: every weight multiply-add of one token
+    per_key = 2 * c.n_heads * (dqk + dv)  # one query against one key: score (d_qk) + weighted sum (d_v)
+    attention = sum(per_key * (n if w is None else min(n, w + c.keep)) for n in context_lengths for w in windows)
+    return len(context_lengths) * matmuls + attention
+
+
+def attainable_flops(intensity: float, peak: float, bandwidth: float) -> float:
+    """The roofline: min(pi, I beta) FLOP/s for a kernel of arithmetic intensity I (FLOP per byte) on
+    a processor of peak rate pi (FLOP/s) and memory bandwidth beta (byte/s); the ridge point, where
+    the two bounds meet, is I* = pi / beta."""
+    for name, x in (("intensity", intensity), ("peak", peak), ("bandwidth", bandwidth)):
+        _positive(name, x, integer=False)
+    return min(peak, intensity * bandwidth)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_matmul_flops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, n: int = 256,
+                         repeats: int = 5) -> float:
+    """A quick compute probe: the best rate (FLOP/s) of ``repeats`` (n x n) @ (n x n) products, 2 n^3
+    FLOPs each. A lower bound on the machine's peak (a small product does not fill a big GPU), good
+    enough to place the roof of a roofline; the first product warms up and is not timed."""
+    import time
+
+    _positive("n", n)
+    _positive("repeats", repeats)
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device, dtype)
+    b = torch.randn(n, n, generator=gen).to(device, dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def measure_bandwidth(device: torch.device | str = "cpu", nbytes: int = 1 << 25, repeats: int = 5) -> float:
+    """A quick memory probe: the best rate (byte/s) of ``repeats`` copies of an ``nbytes`` buffer into
+    another, 2 nbytes moved each (read once, written once). Use a buffer larger than the caches (the
+    32 MiB default is for a CPU; a GPU's L2 holds 50 MB, so give it more) or it measures the cache."""
+    import time
+
+    _positive("nbytes", nbytes)
+    _positive("repeats", repeats)
+    device = torch.device(device)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * 4 / best

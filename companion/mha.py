@@ -22,6 +22,10 @@ an optional per-layer cache view; q, k, v are computed for the new rows only, Ro
 absolute positions, k and v go to the view, and the new queries attend over everything it returns.
 A view may instead attend itself (``LayerCache.attend``: a paged batch reads its pages per sequence
 or with a paged-attention kernel); the layer asks it first for plain causal (+ window) attention.
+
+Two helpers for chapter 8: ``head_map(h, g)``, the map pi(r) from query heads to key/value heads, and
+``sharing_costs(d, h, g, d_h, T)``, what scales with g (projection width, cache) and what with h
+(score and value arithmetic), by formula.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from companion.cache import LayerCache
 from companion.norms import RMSNorm
 from companion.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 
-__all__ = ["MultiHeadAttention", "position_mask", "check_heads", "softcapped_attention"]
+__all__ = ["MultiHeadAttention", "position_mask", "check_heads", "softcapped_attention", "head_map",
+           "sharing_costs"]
 
 
 def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None) -> int:
@@ -51,6 +56,44 @@ def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | Non
     if head_dim < 1:
         raise ValueError(f"head_dim must be >= 1; got {head_dim}")
     return head_dim
+
+
+def head_map(n_heads: int, n_kv_heads: int) -> Tensor:
+    """pi(r) = floor(r / (h / g)): the key/value head that query head r reads (chapter 8, 0-based).
+
+    Returns a (h,) long tensor. Consecutive query heads form a group of h / g that shares one key/value
+    head; this is the order ``companion.kernels.attend.expand_kv`` (``repeat_interleave``) produces and
+    the order in which released GQA checkpoints store their heads.
+    """
+    check_heads(n_heads, n_heads, n_kv_heads, 1)
+    return torch.arange(n_heads) // (n_heads // n_kv_heads)
+
+
+def sharing_costs(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None = None,
+                  tokens: int = 1) -> dict[str, int]:
+    """What one self-attention layer with h query and g key/value heads costs, by formula (chapter 8).
+
+    For T = ``tokens`` rows attending over all T rows (the full T x T grid, as a direct
+    implementation computes it before masking):
+    - ``q_params`` d h d_h, ``kv_params`` 2 d g d_h, ``out_params`` h d_h d (no biases);
+    - ``kv_cache_per_token`` 2 g d_h numbers (K and V; times L layers and b bytes: 2 B L T g d_h b);
+    - ``projection_flops`` 2 T d (h + 2g) d_h + 2 T h d_h d;
+    - ``score_flops`` 2 h T^2 d_h (Q_r K_pi(r)^T for every query head r) and ``value_flops``
+      2 h T^2 d_h (A_r V_pi(r)): these depend on h, not on g.
+    """
+    d_h = check_heads(d_model, n_heads, n_kv_heads, head_dim)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens must be an int >= 1; got {tokens!r}")
+    h, g, d, T = n_heads, n_kv_heads, d_model, tokens
+    return {
+        "q_params": d * h * d_h,
+        "kv_params": 2 * d * g * d_h,
+        "out_params": h * d_h * d,
+        "kv_cache_per_token": 2 * g * d_h,
+        "projection_flops": 2 * T * d * (h + 2 * g) * d_h + 2 * T * h * d_h * d,
+        "score_flops": 2 * h * T * T * d_h,
+        "value_flops": 2 * h * T * T * d_h,
+    }
 
 
 def position_mask(

@@ -17,6 +17,10 @@ Two ways to compute the same thing:
   sum_j a_ij c_j U_V^r = (sum_j a_ij c_j) U_V^r. Historical K and V are never materialised; the
   whole thing is MQA with one shared key [c_j, k_j^R] of width d_c + d_R and value c_j.
 Cache per token and layer: d_c + d_R numbers, against 2 h d_h for MHA.
+
+The pieces, for teaching and testing (chapter 8): ``latents`` (what is cached), ``queries``,
+``expand`` (the historical K and V rebuilt from the cache), ``absorb_query`` (q^C U_K^T per head) and
+``cache_width`` (d_c + d_R).
 """
 
 from __future__ import annotations
@@ -112,6 +116,32 @@ class MultiHeadLatentAttention(nn.Module):
         """x (B, T, d) -> c (B, T, d_c) and k^R (B, T, d_R): the two things MLA caches."""
         c, k_r = self.kv_down(x).split([self.kv_rank, self.rope_dim], dim=-1)
         return self.kv_norm(c), self.rope(k_r, positions)
+
+    @property
+    def cache_width(self) -> int:
+        """Numbers cached per token and layer: d_c + d_R (the latent c_j and the shared RoPE key)."""
+        return self.kv_rank + self.rope_dim
+
+    def absorb_query(self, q_c: Tensor) -> Tensor:
+        """q^C (B, h, T, d_h) -> q^C U_K^{rT} per head (B, h, T, d_c): the query moved into latent space,
+        so that q^{C,r} . (c_j U_K^r) = (q^{C,r} U_K^{rT}) . c_j for every cached latent c_j."""
+        if q_c.dim() != 4 or q_c.shape[1] != self.n_heads or q_c.shape[-1] != self.head_dim:
+            raise ValueError(f"q_c must have shape (B, h={self.n_heads}, T, d_h={self.head_dim}); got {tuple(q_c.shape)}")
+        w_uk = self.k_up.weight.view(self.n_heads, self.head_dim, self.kv_rank)  # U_K^r as (d_h, d_c)
+        return torch.einsum("bhtd,hdc->bhtc", q_c, w_uk)
+
+    def expand(self, c: Tensor, k_r: Tensor) -> tuple[Tensor, Tensor]:
+        """Rebuild every head's key and value from the cache: c (B, S, d_c), k^R (B, S, d_R) ->
+        k (B, h, S, d_h + d_R) = [c U_K^r, k^R] and v (B, h, S, d_v) = c U_V^r (the expanded path)."""
+        if c.dim() != 3 or c.shape[-1] != self.kv_rank:
+            raise ValueError(f"c must have shape (B, S, d_c={self.kv_rank}); got {tuple(c.shape)}")
+        if k_r.shape != (*c.shape[:2], self.rope_dim):
+            raise ValueError(f"k_r must have shape (B, S, d_R) = {(*c.shape[:2], self.rope_dim)}; got {tuple(k_r.shape)}")
+        B, S, _ = c.shape
+        h = self.n_heads
+        k_c = self.k_up(c).view(B, S, h, self.head_dim).transpose(1, 2)
+        v = self.v_up(c).view(B, S, h, self.v_head_dim).transpose(1, 2)
+        return torch.cat((k_c, k_r.unsqueeze(1).expand(B, h, S, self.rope_dim)), dim=-1), v
 
     def forward(
         self,

@@ -349,3 +349,62 @@ def test_tiled_attention_errors():
         tiled_attention(x, x, x, causal=1)
     with pytest.raises(ValueError, match="leading"):
         tiled_attention(x, torch.randn(2, 2, 4, 3), torch.randn(2, 2, 4, 3))
+
+
+# ---------------------------------------------------------------- traffic model and tensor byte count
+
+
+def test_dense_traffic_counts_four_passes_over_the_score_matrix_plus_the_operands():
+    from companion.kernels.flash import dense_traffic_bytes
+
+    T, S, d, h, b = 96, 80, 16, 3, 2
+    by_hand = h * b * (T * d + S * d + T * S + 2 * T * S + T * S + S * d + T * d)
+    assert dense_traffic_bytes(T, S, d, h, b) == by_hand
+    # the seeds' example: one 4096 x 4096 bf16 score matrix for 32 heads is 4096^2 * 32 * 2 bytes
+    assert dense_traffic_bytes(4096, 4096, 128, 32, 2) > 4 * 4096**2 * 32 * 2
+
+
+def test_tiled_traffic_reads_kv_once_per_query_block_or_once_when_cached():
+    from companion.kernels.flash import tiled_traffic_bytes
+
+    T, S, d, h, b, bq = 100, 100, 8, 2, 2, 32  # 4 query blocks, the last one partial
+    assert tiled_traffic_bytes(T, S, d, h, b, bq) == h * (b * (2 * T * d + 4 * 2 * S * d) + 4 * T)
+    assert tiled_traffic_bytes(T, S, d, h, b, bq, kv_cached=True) == h * (b * (2 * T * d + 2 * S * d) + 4 * T)
+    for bad in ({"block_q": 0}, {"T": 1.5}, {"heads": True}):
+        args = {"T": T, "S": S, "d": d, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            tiled_traffic_bytes(**args)
+    with pytest.raises(ValueError, match="kv_cached"):
+        tiled_traffic_bytes(T, S, d, kv_cached=1)
+
+
+def test_tensor_bytes_counts_new_storage_ignores_views_and_frees():
+    from companion.kernels.flash import TensorBytes
+
+    x = torch.zeros(1000)  # made outside: never counted
+    with TensorBytes() as meter:
+        view = x[:10]  # a view of an outside tensor: no new memory
+        assert meter.now == 0
+        a = torch.ones(250) * 2  # ones (1000 B) then the product (1000 B)
+        assert meter.now == 1000 and meter.peak == 2000  # the ones() temporary is gone
+        b = a.view(25, 10).t()  # views of a: still 1000 B
+        assert meter.now == 1000
+        del a
+        assert meter.now == 1000  # b still holds the storage
+        del b
+        assert meter.now == 0 and meter.peak == 2000
+    del view
+
+
+def test_tensor_bytes_peak_of_dense_attention_holds_the_score_matrix_and_tiled_does_not():
+    from companion.kernels.flash import TensorBytes
+
+    T, d = 256, 16
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, T, d, generator=gen) for _ in range(3))
+    with TensorBytes() as dense:
+        scaled_dot_product_attention(q, k, v)
+    with TensorBytes() as tiled:
+        tiled_attention(q, k, v, block_q=32, block_k=32)
+    assert dense.peak >= 2 * T * T * 4  # at least the scores and the probabilities at once
+    assert tiled.peak < T * T * 4 / 4  # less than a quarter of one T x T float32 matrix

@@ -217,3 +217,59 @@ def test_layer_cache_interface_is_what_attention_uses():
     torch.testing.assert_close(out, layer.out.bias.expand(1, 5, 16))  # zeros through the output projection
     with pytest.raises(NotImplementedError, match="must implement update"):
         LayerCache().update(torch.arange(2), x)
+
+
+# --- chapter 8: the head map and what scales with g or with h ------------------------------------
+
+
+@pytest.mark.parametrize("h,g", [(8, 8), (8, 2), (8, 1), (6, 3)])
+def test_head_map_groups_consecutive_query_heads(h, g):
+    from companion.kernels.attend import expand_kv
+    from companion.mha import head_map
+
+    pi = head_map(h, g)
+    expected = [r // (h // g) for r in range(h)]  # written out: h / g consecutive heads per group
+    assert pi.tolist() == expected
+    # the same order as the expansion attend uses: expanded head r is kv head pi(r)
+    kv = torch.arange(g, dtype=torch.float32).view(1, g, 1, 1)
+    assert expand_kv(kv, h).flatten().long().tolist() == expected
+
+
+def test_head_map_rejects_groups_that_do_not_divide():
+    from companion.mha import head_map
+
+    with pytest.raises(ValueError, match="n_heads \\(6\\) must be divisible by n_kv_heads \\(4\\)"):
+        head_map(6, 4)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        head_map(4, 0)
+
+
+@pytest.mark.parametrize("g", [4, 2, 1])
+def test_sharing_costs_match_the_layer_and_the_flop_counter(g):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from companion.mha import sharing_costs
+
+    d, h, T = 32, 4, 6
+    m = MultiHeadAttention(d, h, g, backend="reference", causal=False)
+    costs = sharing_costs(d, h, g, tokens=T)
+    assert costs["q_params"] + costs["kv_params"] == m.qkv.weight.numel()
+    assert costs["out_params"] == m.out.weight.numel()
+    x = torch.randn(1, T, d)
+    with FlopCounterMode(display=False) as counter:
+        m(x)
+    total = counter.get_total_flops()
+    assert total == costs["projection_flops"] + costs["score_flops"] + costs["value_flops"]
+    q, k, v = m.project_qkv(x)
+    assert k.shape[1] * k.shape[-1] * 2 == costs["kv_cache_per_token"]
+
+
+def test_sharing_costs_attention_arithmetic_does_not_depend_on_g():
+    from companion.mha import sharing_costs
+
+    mha, mqa = sharing_costs(64, 8, 8, tokens=10), sharing_costs(64, 8, 1, tokens=10)
+    assert mha["score_flops"] == mqa["score_flops"] and mha["value_flops"] == mqa["value_flops"]
+    assert mha["kv_cache_per_token"] == 8 * mqa["kv_cache_per_token"]
+    assert mha["kv_params"] == 8 * mqa["kv_params"]
+    with pytest.raises(ValueError, match="tokens must be an int >= 1"):
+        sharing_costs(64, 8, 2, tokens=0)

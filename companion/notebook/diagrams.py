@@ -13,6 +13,15 @@ What this module provides, each a function returning a ``matplotlib.figure.Figur
 - ``teacher_forcing_vs_generation()``: training reads the true prefix and predicts every position in
   one pass under the causal mask; generation runs one pass per new token and feeds each sampled
   token back as the next input (chapter 4).
+- ``flash_tiling()``: one step of tiled attention: which blocks of Q, K and V a step reads, the
+  score tile it computes on chip, the tiles already merged and those a causal mask skips
+  (chapter 11).
+- ``memory_traffic()``: the bytes a dense and a tiled attention forward move to and from main
+  memory, by what they carry, from ``companion.kernels.flash``'s traffic model (chapter 11).
+- ``prefill_decode()``: prefill (the prompt in one pass, every position's k, v cached) beside one
+  decode step (one row at position n, its k, v appended, its query reading all n + 1) (chapter 10).
+- ``block_tables(tables, n_pages, page_size)``: the block tables of a few live sequences over one
+  page pool, shared pages hatched, each logical page shaded by its filled slots (chapter 12).
 - ``glue_figure(name, fig)``: hand any figure to the book build under ``name``, where a
   ``{glue:figure}`` directive gives it a number, a caption and alt text; it is also displayed in
   the notebook itself (tag the cell ``remove-output`` so the book shows it once).
@@ -299,3 +308,476 @@ def glue_figure(name: str, fig: Figure) -> None:
     plt.close(fig)
     data, metadata = format_display_data(fig)
     display(data, raw=True, metadata={**metadata, "scrapbook": {"name": name, "mime_prefix": ""}})
+
+
+# --- chapter 6 ---------------------------------------------------------------------------------------
+
+def residual_streams() -> Figure:
+    """Post-LN beside pre-LN: where the norm sits on one block's residual stream (chapter 6).
+
+    Left, post-LN (2017, GPT-1): x <- LN(x + F(x)); every LayerNorm sits *on* the stream, so a
+    gradient from the top passes through 2L norms on its way down (Jacobian J_LN (I + J_F) per
+    sublayer). Right, pre-LN (GPT-2 onwards): x <- x + F(LN(x)); the norms sit on the branches and
+    the stream itself is an unbroken identity path (Jacobian I + J_F J_LN per sublayer), with one
+    final norm after the last block."""
+    fig, ax = _canvas(8.8, 4.7)
+    path = "#2c7a2c"
+    columns = ((0.2, "post-LN (2017, GPT-1)", False), (4.6, "pre-LN (GPT-2 onwards)", True))
+    for left, title, pre in columns:
+        cx = left + 1.45  # the stream's x
+        ax.text(left, 4.5, title, ha="left", va="center", fontsize=FONT, weight="bold")
+        ax.text(cx, 0.2, "$x_\\ell$", ha="center", va="center", fontsize=FONT)
+        y = 0.4
+        for name in ("attention", "FFN"):
+            join = y + 1.05  # where the branch rejoins the stream
+            ax.add_patch(FancyArrowPatch((cx, y), (cx, join - 0.13), arrowstyle="-",
+                                         color=path if pre else "#333333", linewidth=3.0 if pre else 1.2))
+            bx = cx + 0.6  # the branch leaves the stream at y + 0.2 and rejoins at the + sign
+            _arrow(ax, (cx, y + 0.2), (bx, y + 0.2), style="-")
+            if pre:
+                _box(ax, bx, y + 0.05, 0.5, 0.3, "LN", MASK)
+                _box(ax, bx + 0.7, y + 0.05, 1.05, 0.3, name, OP)
+                _arrow(ax, (bx + 0.5, y + 0.2), (bx + 0.7, y + 0.2))
+                _arrow(ax, (bx + 1.22, y + 0.35), (cx + 0.13, join), rad=0.15)
+            else:
+                _box(ax, bx, y + 0.05, 1.05, 0.3, name, OP)
+                _arrow(ax, (bx + 0.52, y + 0.35), (cx + 0.13, join), rad=0.15)
+            ax.add_patch(_circle(cx, join))
+            ax.text(cx, join, "+", ha="center", va="center", fontsize=FONT + 1, weight="bold")
+            y = join + 0.13
+            if not pre:  # the norm on the stream itself
+                _arrow(ax, (cx, y), (cx, y + 0.12), style="-")
+                _box(ax, cx - 0.3, y + 0.12, 0.6, 0.3, "LN", MASK)
+                y += 0.42
+        top = 3.95
+        if pre:
+            ax.add_patch(FancyArrowPatch((cx, y), (cx, top), arrowstyle="-|>", mutation_scale=12, color=path,
+                                         linewidth=3.0, shrinkA=0, shrinkB=0))
+            ax.text(cx, top + 0.15, "$x \\leftarrow x + F(\\mathrm{LN}(x))$", ha="center", va="center",
+                    fontsize=FONT)
+            ax.text(cx - 0.2, 2.3, "identity\npath:\n$I + J_F J_{LN}$", ha="right", va="center",
+                    fontsize=FONT - 1, color=path)
+            ax.text(cx + 0.2, 3.55, "(one final LN after the last block)", ha="left", va="center",
+                    fontsize=FONT - 1)
+        else:
+            _arrow(ax, (cx, y), (cx, top))
+            ax.text(cx, top + 0.15, "$x \\leftarrow \\mathrm{LN}(x + F(x))$", ha="center", va="center",
+                    fontsize=FONT)
+            ax.text(cx - 0.4, 2.3, "every LN\non the path:\n$J_{LN}(I + J_F)$", ha="right", va="center",
+                    fontsize=FONT - 1)
+    return fig
+
+
+def _circle(x: float, y: float, r: float = 0.13):
+    """The circle of a residual addition, centred at (x, y)."""
+    from matplotlib.patches import Circle
+
+    return Circle((x, y), r, facecolor="white", edgecolor="#333333", linewidth=1.2)
+
+
+__all__ += ["residual_streams"]
+
+
+def prefill_decode(prompt: tuple[str, ...] = ("the", "cat", "sat", "on"), new: str = "the") -> Figure:
+    """Prefill beside one decode step with a KV cache (chapter 10).
+
+    Left, prefill: the P prompt tokens go through one forward under a (P, P) causal mask; every
+    layer writes the keys and values of all P positions to its cache, and the last row's logits give
+    the first new token. Right, one decode step: the newest token alone, at position P = the cache
+    length, computes q, k, v for one row; k, v are appended (the cache grows to S = P + 1 rows) and q
+    reads all S keys through a (1, S) mask row. Old queries are not kept: nothing reads them again.
+    """
+    if not 2 <= len(prompt) <= 6 or not all(isinstance(t, str) and t for t in prompt):
+        raise ValueError(f"prompt must be 2 to 6 non-empty strings; got {prompt!r}")
+    if not (isinstance(new, str) and new):
+        raise ValueError(f"new must be a non-empty string; got {new!r}")
+    n = len(prompt)
+    fig, ax = _canvas(9.0, 3.9)
+    bw, cw, span = 0.56, 0.5, 2.5  # token box and cache cell widths; width of the prompt row
+    step = (span - bw) / (n - 1)  # token pitch: any prompt length fills the same width
+    bw, cw = min(bw, step - 0.06), min(cw, step - 0.06)
+    # --- prefill -----------------------------------------------------------------------------------
+    left = 0.25
+    ax.text(left, 3.68, "prefill: the prompt in one pass", ha="left", va="center", fontsize=FONT,
+            weight="bold")
+    for i, tok in enumerate(prompt):
+        _box(ax, left + i * step, 0.15, bw, 0.4, tok, TENSOR, size=FONT - 1)
+        _arrow(ax, (left + i * step + bw / 2, 0.55), (left + i * step + bw / 2, 0.85))
+    _box(ax, left, 0.85, span, 0.7, f"one forward over\n{n} rows, causal mask", OP, size=FONT - 1)
+    _grid(ax, left + span + 0.15, 0.92, 0.14, [[j <= i for j in range(n)] for i in range(n)])
+    ax.text(left + span + 0.15 + n * 0.07, 0.8, f"{n} x {n}", ha="center", va="top", fontsize=FONT - 1)
+    for i in range(n):
+        x = left + i * step + (bw - cw) / 2
+        _arrow(ax, (x + cw / 2, 1.55), (x + cw / 2, 1.95))
+        _box(ax, x, 1.95, cw, 0.45, f"k,v\n{i}", TENSOR, size=FONT - 1)
+    ax.text(left + span / 2, 2.6, "cache: k, v of every position,\nin every layer", ha="center",
+            va="bottom", fontsize=FONT - 1)
+    _box(ax, left + span + 0.15, 2.0, 1.35, 0.4, "logits of\nlast row", OUT, size=FONT - 1)
+    _arrow(ax, (left + span, 1.35), (left + span + 0.5, 2.0), rad=0.2)
+    # --- one decode step -----------------------------------------------------------------------------
+    right = 4.75
+    ax.text(right, 3.68, f"decode: one row at position {n}", ha="left", va="center", fontsize=FONT,
+            weight="bold")
+    ox = 7.6  # the new row sits at the same place for any prompt length; the old rows share the rest
+    pitch = (ox - right) / n
+    for i in range(n + 1):
+        colour = OUT if i == n else MASK
+        _box(ax, right + i * pitch, 1.95, min(cw, pitch - 0.08), 0.45, f"k,v\n{i}", colour, size=FONT - 1)
+    ax.text((right + ox + cw) / 2, 2.6, f"cache after the append: S = {n + 1} rows",
+            ha="center", va="bottom", fontsize=FONT - 1)
+    ax.text(right, 1.75, "grey rows: read only", ha="left", va="center", fontsize=FONT - 1)
+    _box(ax, ox, 0.15, bw, 0.4, new, TENSOR, size=FONT - 1)
+    _arrow(ax, (ox + bw / 2, 0.55), (ox + bw / 2, 0.85))
+    _box(ax, ox - 0.45, 0.85, bw + 0.9, 0.7, "q, k, v of\none row", OP, size=FONT - 1)
+    _arrow(ax, (ox + cw / 2, 1.55), (ox + cw / 2, 1.95))  # append k, v
+    _grid(ax, right, 1.2, 0.14, [[True] * (n + 1)], colour="#fd8d3c")
+    ax.text(right, 1.08, f"q reads all S keys (1 x {n + 1})", ha="left", va="top", fontsize=FONT - 1)
+    _arrow(ax, (ox - 0.45, 1.3), (right + (n + 1) * 0.14 + 0.05, 1.27))
+    _box(ax, ox - 0.45, 3.0, bw + 0.9, 0.4, "next token", OUT, size=FONT - 1)
+    _arrow(ax, (ox + bw + 0.45, 1.4), (ox + bw + 0.45, 3.0), rad=0.0)
+    return fig
+
+
+__all__ += ["prefill_decode"]
+
+
+# --- chapter 11: FlashAttention -------------------------------------------------------------------
+
+__all__ += ["flash_tiling", "memory_traffic"]
+
+
+def flash_tiling(n_blocks: int = 4, step: tuple[int, int] = (2, 1), causal: bool = True) -> Figure:
+    """One step of tiled attention (chapter 11): query block i meets key block j.
+
+    The step reads Q block i, K block j and V block j, computes the score tile S_ij on chip, and
+    merges it into the running state (m, l, u) of block i, which becomes O block i at the end. The
+    tiles of row i that came before j are done; with ``causal`` the tiles above the diagonal
+    (j > i) are never computed. Blocks are counted from 0.
+    """
+    if not isinstance(n_blocks, int) or not 2 <= n_blocks <= 8:
+        raise ValueError(f"n_blocks must be an int in 2..8; got {n_blocks!r}")
+    i, j = step
+    if not (0 <= i < n_blocks and 0 <= j < n_blocks) or (causal and j > i):
+        raise ValueError(f"step must be a tile (i, j) of the {n_blocks} x {n_blocks} grid"
+                         f"{' with j <= i (causal)' if causal else ''}; got {step!r}")
+    fig, ax = _canvas(9.0, 3.9)
+    c = 2.4 / n_blocks  # side of one block, inches
+    top, gx = 3.0, 1.75  # the grid's top edge and left edge
+    now, done, idle = "#fd8d3c", "#fdd0a2", "white"
+
+    def column(x, label, hot, colour):  # a tensor split into n_blocks row blocks, block `hot` lit
+        for r in range(n_blocks):
+            face = colour if r == hot else idle
+            ax.add_patch(Rectangle((x, top - (r + 1) * c), 0.45, c, facecolor=face, edgecolor="#555555"))
+        ax.text(x + 0.225, top + 0.12, label, ha="center", va="bottom", fontsize=FONT)
+
+    column(0.6, "$Q$", i, TENSOR)
+    for col in range(n_blocks):  # K^T: key blocks side by side above the grid
+        face = TENSOR if col == j else idle
+        ax.add_patch(Rectangle((gx + col * c, top + 0.15), c, 0.4, facecolor=face, edgecolor="#555555"))
+    ax.text(gx + n_blocks * c + 0.1, top + 0.35, "$K^{\\top}$", ha="left", va="center", fontsize=FONT)
+    for r in range(n_blocks):  # the score grid: which tiles exist, which are done, which is now
+        for col in range(n_blocks):
+            skipped = causal and col > r
+            face = now if (r, col) == (i, j) else done if (r == i and col < j) else idle
+            ax.add_patch(Rectangle((gx + col * c, top - (r + 1) * c), c, c, facecolor=MASK if skipped else face,
+                                   edgecolor="#555555", hatch="//" if skipped else None))
+    ax.text(gx + n_blocks * c / 2, top - n_blocks * c - 0.12, "scores $S_{ij}$: on chip only", ha="center",
+            va="top", fontsize=FONT)
+    column(4.75, "$V$", j, TENSOR)
+    column(6.0, "$O$", i, OUT)
+    _arrow(ax, (1.1, top - (i + 0.5) * c), (gx - 0.05, top - (i + 0.5) * c))
+    _arrow(ax, (gx + n_blocks * c + 0.05, top - (i + 0.5) * c), (4.7, top - (j + 0.5) * c))
+    _arrow(ax, (5.25, top - (j + 0.5) * c), (5.95, top - (i + 0.5) * c))
+    for k, line in enumerate((f"step ({i}, {j}):", f"read $Q_{i}$, $K_{j}$, $V_{j}$, then", "merge $S_{ij}$ into the",
+                              f"state of row block {i}")):
+        ax.text(6.6, top + 0.2 - 0.33 * k, line, ha="left", va="center", fontsize=FONT)
+    legend = [(now, None, "this step's tile"), (done, None, "done (merged)")]
+    if causal:
+        legend.append((MASK, "//", "skipped (causal)"))
+    for k, (face, hatch, text) in enumerate(legend):
+        y = 1.3 - 0.42 * k
+        ax.add_patch(Rectangle((6.6, y - 0.13), 0.26, 0.26, facecolor=face, edgecolor="#555555", hatch=hatch))
+        ax.text(6.95, y, text, ha="left", va="center", fontsize=FONT)
+    return fig
+
+
+def memory_traffic(T: int = 4096, d: int = 128, heads: int = 32, bytes_per_value: int = 2,
+                   block_q: int = 128) -> Figure:
+    """Bytes one attention forward moves to and from main memory (chapter 11), by what they carry.
+
+    Three stacked bars from ``companion.kernels.flash``'s traffic model: dense (Q, K, V, O plus four
+    passes over the T x T scores and probabilities), tiled with K and V read once per query block,
+    and tiled with K and V kept in the L2 cache. Each bar is labelled with its total in GB (1e9 B).
+    """
+    from companion.kernels.flash import dense_traffic_bytes, tiled_traffic_bytes
+
+    operands = heads * bytes_per_value * 4 * T * d  # Q, K, V read once, O written once
+    dense = dense_traffic_bytes(T, T, d, heads, bytes_per_value)
+    streamed = tiled_traffic_bytes(T, T, d, heads, bytes_per_value, block_q)
+    cached = tiled_traffic_bytes(T, T, d, heads, bytes_per_value, block_q, kv_cached=True)
+    rows = [  # (label, operands, score matrices, K/V re-reads, logsumexp)
+        ("dense", operands, dense - operands, 0, 0),
+        (f"tiled, K and V re-read\nper query block ({block_q} rows)", operands, 0,
+         streamed - operands - 4 * T * heads, 4 * T * heads),
+        ("tiled, K and V\nkept in L2 cache", operands, 0, 0, cached - operands),
+    ]
+    fig = Figure(figsize=(9.0, 3.6))
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.27, 0.33, 0.6, 0.57))
+    parts = [("Q, K, V read, O written", "#6baed6"), ("$S$ and $P$ ($T \\times T$) written and read", "#fd8d3c"),
+             ("K, V re-read", "#9e9ac8"), ("logsumexp", "#31a354")]
+    for y, (label, *sizes) in enumerate(rows):
+        left = 0.0
+        for (name, colour), size in zip(parts, sizes):
+            ax.barh(y, size / 1e9, left=left, color=colour, edgecolor="#444444",
+                    label=name if y == 0 or (y == 1 and name != parts[0][0]) else None)
+            left += size / 1e9
+        ax.text(left + 0.05, y, f"{left:.2f} GB", ha="left", va="center", fontsize=FONT)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=FONT)
+    ax.invert_yaxis()
+    ax.set_xlim(0, dense / 1e9 * 1.2)
+    ax.set_xlabel("GB moved per layer (forward)", fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT)
+    ax.set_title(f"T = {T}, d = {d}, {heads} heads, {bytes_per_value} bytes per value", fontsize=FONT)
+    handles, labels = ax.get_legend_handles_labels()
+    keep = {l: h for h, l in zip(handles, labels)}
+    ax.legend(keep.values(), keep.keys(), fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.4, -0.25),
+              ncol=2, frameon=False, handlelength=1.2, columnspacing=0.8)
+    return fig
+
+
+# --- chapter 8: which query heads share which key/value head; MLA's data flow -------------------
+
+__all__ += ["kv_head_sharing", "mla_flow"]
+
+
+def kv_head_sharing(n_heads: int = 8, kv_heads: tuple[int, ...] = (8, 2, 1)) -> Figure:
+    """One panel per g in ``kv_heads``: h query heads (top row) each joined to the key/value head
+    pi(r) = floor(r / (h / g)) it reads (bottom row), coloured by group; below each panel, the numbers
+    one token and layer leave in the cache, 2 g d_h. g = h is MHA, g = 1 MQA, anything between GQA."""
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or not 2 <= n_heads <= 12:
+        raise ValueError(f"n_heads must be an int in [2, 12] (the boxes must fit); got {n_heads!r}")
+    if not kv_heads or len(kv_heads) > 3 or any(
+            isinstance(g, bool) or not isinstance(g, int) or g < 1 or n_heads % g for g in kv_heads):
+        raise ValueError(f"kv_heads must be 1 to 3 ints that divide n_heads={n_heads}; got {kv_heads!r}")
+    colours = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fc9272", "#c7e9c0", "#fdd0a2",
+               "#dadaeb")
+    panel, gap = 2.9, 0.15
+    fig, ax = _canvas(len(kv_heads) * panel + (len(kv_heads) - 1) * gap, 3.2)
+    step = (panel - 0.2) / n_heads
+    bw = min(0.3, step * 0.8)
+    for p, g in enumerate(kv_heads):
+        x0 = p * (panel + gap) + 0.1
+        kind = "MHA" if g == n_heads else ("MQA" if g == 1 else "GQA")
+        ax.text(x0 + panel / 2 - 0.1, 3.0, f"{kind}: $h = {n_heads}$, $g = {g}$", ha="center",
+                va="center", fontsize=FONT, weight="bold")
+        ax.text(x0, 2.62, "query heads $r$", ha="left", va="center", fontsize=FONT - 1)
+        group = n_heads // g
+        kv_step = (panel - 0.2) / g
+        kv_w = min(kv_step * 0.85, max(bw, 0.45))
+        kv_x = [x0 + (kv_step - kv_w) / 2 + j * kv_step for j in range(g)]
+        for r in range(n_heads):
+            x = x0 + (step - bw) / 2 + r * step
+            j = r // group
+            colour = colours[j % len(colours)]
+            _box(ax, x, 2.0, bw, 0.38, f"{r + 1}", colour, size=FONT - 1)
+            _arrow(ax, (x + bw / 2, 2.0), (kv_x[j] + kv_w / 2, 1.18), colour="#555555",
+                   style="-")
+        for j in range(g):
+            label = f"{j + 1}" if g > 2 else f"K, V {j + 1}"
+            _box(ax, kv_x[j], 0.8, kv_w, 0.38, label, colours[j % len(colours)], size=FONT - 1)
+        ax.text(x0, 0.55, "key/value heads $\\pi(r)$", ha="left", va="center", fontsize=FONT - 1)
+        ax.text(x0, 0.2, f"cache: $2 \\cdot {g}\\, d_h$ per token", ha="left", va="center",
+                fontsize=FONT - 1)
+    return fig
+
+
+def mla_flow() -> Figure:
+    """Multi-head latent attention, one layer (DeepSeek-V2/V3), as data flow.
+
+    Bottom: an earlier token x_j is compressed to the latent c_j = RMSNorm(x_j W_DKV) (d_c numbers)
+    and gives one RoPE key k^R_j = RoPE_j(x_j W_KR) (d_R numbers), shared by all heads: these two are
+    the cache. Expanded path: k^C_{j,r} = c_j U_K^r, v_{j,r} = c_j U_V^r per head. Top: the query
+    token x_i gives q^C_{i,r} and q^R_{i,r} (RoPE at i). The score adds q^C . k^C and q^R . k^R over
+    sqrt(d_h + d_R). Absorbed path: q^C U_K^{rT} is dotted with c_j directly.
+    """
+    fig, ax = _canvas(9.0, 3.9)
+    # Query side (top row).
+    _box(ax, 0.1, 3.05, 1.0, 0.55, "$x_i$\nnew token", TENSOR)
+    _box(ax, 1.55, 3.05, 1.75, 0.55, "$c'_i = \\mathrm{RMSNorm}(x_i W_{DQ})$", OP, size=FONT - 1)
+    _box(ax, 3.75, 3.05, 2.0, 0.55, "$q^C_{i,r}$, $q^R_{i,r}$ (RoPE$_i$)\nper head $r$", OP,
+         size=FONT - 1)
+    _arrow(ax, (1.1, 3.32), (1.55, 3.32))
+    _arrow(ax, (3.3, 3.32), (3.75, 3.32))
+    # Key side: the cache (dashed frame) and the expansion.
+    ax.add_patch(FancyBboxPatch((1.45, 0.15), 1.95, 1.95, boxstyle="round,pad=0.02", fill=False,
+                                edgecolor="#b30000", linestyle="--", linewidth=1.3))
+    ax.text(2.42, 2.28, "cache: $d_c + d_R$ per token", ha="center", va="center",
+            fontsize=FONT - 1, color="#b30000")
+    _box(ax, 0.1, 0.85, 1.0, 0.55, "$x_j$\nearlier token", TENSOR)
+    _box(ax, 1.55, 1.3, 1.75, 0.6, "$c_j$ latent $(d_c)$\n$\\mathrm{RMSNorm}(x_j W_{DKV})$", OUT,
+         size=FONT - 1)
+    _box(ax, 1.55, 0.3, 1.75, 0.6, "$k^R_j$ RoPE key $(d_R)$\n$\\mathrm{RoPE}_j(x_j W_{KR})$", OUT,
+         size=FONT - 1)
+    _arrow(ax, (1.1, 1.2), (1.55, 1.55))
+    _arrow(ax, (1.1, 1.05), (1.55, 0.65))
+    _box(ax, 3.85, 1.3, 1.8, 0.6, "$k^C_{j,r} = c_j U_K^r$\n$v_{j,r} = c_j U_V^r$", OP,
+         size=FONT - 1)
+    _arrow(ax, (3.3, 1.6), (3.85, 1.6))
+    ax.text(4.75, 1.97, "expanded: every head", ha="center", va="bottom", fontsize=FONT - 1)
+    # Scores and output.
+    _box(ax, 6.2, 1.85, 2.7, 0.9,
+         "$s_{ij,r} = \\dfrac{q^C_{i,r} \\cdot k^C_{j,r} + q^R_{i,r} \\cdot k^R_j}"
+         "{\\sqrt{d_h + d_R}}$", OP, size=FONT - 1)
+    _box(ax, 6.2, 0.55, 2.7, 0.75, "softmax over $j$, then\n$o_{i,r} = \\sum_j a_{ij,r}\\, v_{j,r}$",
+         OUT, size=FONT - 1)
+    _arrow(ax, (5.75, 3.2), (6.6, 2.75))
+    _arrow(ax, (5.65, 1.75), (6.2, 2.1))
+    _arrow(ax, (3.4, 0.55), (6.2, 1.95), rad=0.25)
+    _arrow(ax, (7.55, 1.85), (7.55, 1.3))
+    _arrow(ax, (3.8, 3.05), (3.2, 1.9), colour="#b30000")  # absorbed: the query reads c_j itself
+    ax.text(5.0, 2.6, "absorbed: $(q^C_{i,r} U_K^{r\\top}) \\cdot c_j$", ha="center",
+            va="center", fontsize=FONT - 1, style="italic")
+    return fig
+
+
+# Chapter 9: local attention through depth, and mixture-of-experts routing. ---------------------------
+__all__ += ["window_reach", "moe_routing"]
+
+
+def window_reach(T: int = 12, window: int = 3, layers: int = 3) -> Figure:
+    """Left, the sliding-window mask (T x T): query i reads keys i - w + 1 .. i. Right, the inputs
+    that reach the last position through ``layers`` windowed layers: each layer looks w - 1 further
+    back, so the reach is L (w - 1) + 1 tokens (chapter 9)."""
+    for name, value, low in (("T", T, 2), ("window", window, 1), ("layers", layers, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
+    if T > 24:
+        raise ValueError(f"T must be <= 24 to stay readable at the column's width; got {T}")
+    fig, ax = _canvas(9.0, 3.3)
+    cell = 2.3 / T
+    keep = [[0 <= i - j < window for j in range(T)] for i in range(T)]
+    _grid(ax, 0.45, 0.35, cell, keep)
+    ax.text(0.45 + T * cell / 2, 2.95, f"sliding-window mask, w = {window}", ha="center", va="center",
+            fontsize=FONT)
+    ax.text(0.3, 0.35 + T * cell / 2, "query i", ha="center", va="center", fontsize=FONT - 1,
+            rotation=90)
+    ax.text(0.45 + T * cell / 2, 0.12, "key j", ha="center", va="center", fontsize=FONT - 1)
+    # Right panel: positions as columns, layer 0 (the inputs) at the bottom, layer L on top.
+    left, width = 3.6, 5.2
+    step, row = width / T, 2.3 / layers
+    reach = min(T, layers * (window - 1) + 1)
+    for level in range(layers + 1):
+        y = 0.35 + level * row * (layers / (layers + 1))
+        lo = T - 1 - min(T - 1, (layers - level) * (window - 1))  # first position still in reach
+        for p in range(T):
+            inside = p >= lo if level < layers else p == T - 1
+            ax.add_patch(Rectangle((left + p * step + 0.04, y), step - 0.08, 0.22,
+                                   facecolor=HEAD_COLOURS[0] if inside else "white",
+                                   edgecolor="#555555", linewidth=0.6))
+        ax.text(left - 0.12, y + 0.11, "input" if level == 0 else f"layer {level}", ha="right",
+                va="center", fontsize=FONT - 1)
+    ax.text(left + width / 2, 2.95, f"reach of the last position: L(w - 1) + 1 = {reach} tokens",
+            ha="center", va="center", fontsize=FONT)
+    return fig
+
+
+def moe_routing(n_experts: int = 6, top_k: int = 2, chosen: tuple[int, ...] = (1, 4),
+                gates: tuple[float, ...] = (0.7, 0.3)) -> Figure:
+    """One token through a mixture-of-experts layer: the router scores every expert, the top k are
+    run, and their outputs are summed with the renormalised gates, y = sum_e g_e E_e(x) (chapter 9).
+    The other experts are drawn but receive nothing: total parameters grow with the number of
+    experts, the work per token with k."""
+    if isinstance(n_experts, bool) or not isinstance(n_experts, int) or not 2 <= n_experts <= 8:
+        raise ValueError(f"n_experts must be an int in [2, 8] (to fit the column); got {n_experts!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_experts:
+        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}]; got {top_k!r}")
+    if len(chosen) != top_k or len(set(chosen)) != top_k or not all(0 <= e < n_experts for e in chosen):
+        raise ValueError(f"chosen must hold top_k={top_k} distinct expert ids in [0, {n_experts}); got {chosen}")
+    if len(gates) != top_k or abs(sum(gates) - 1.0) > 1e-6 or min(gates) < 0:
+        raise ValueError(f"gates must hold top_k={top_k} non-negative weights summing to 1; got {gates}")
+    fig, ax = _canvas(9.0, 3.2)
+    _box(ax, 0.15, 1.35, 0.9, 0.5, "token x", TENSOR)
+    _box(ax, 1.45, 1.3, 1.25, 0.6, "router\nsoftmax(x W_r)", OP)
+    _arrow(ax, (1.05, 1.6), (1.45, 1.6))
+    ax.text(2.08, 0.95, f"keep the top {top_k}", ha="center", va="center", fontsize=FONT - 1)
+    bw, gap = 0.8, 0.12
+    x0 = 3.35
+    heights = 2.85 / n_experts
+    for e in range(n_experts):
+        y = 0.2 + (n_experts - 1 - e) * heights
+        on = e in chosen
+        label = f"expert {e}: g = {gates[chosen.index(e)]:.1f}" if on else f"expert {e}"
+        _box(ax, x0, y, bw + 0.9, heights - gap, label, OP if on else MASK,
+             weight="bold" if on else "normal")
+        if on:
+            _arrow(ax, (2.7, 1.6), (x0, y + (heights - gap) / 2), colour="#2c7a2c")
+            _arrow(ax, (x0 + bw + 0.9, y + (heights - gap) / 2), (6.3, 1.6), colour="#2c7a2c")
+    _box(ax, 6.3, 1.3, 0.9, 0.6, "sum", OP)
+    _box(ax, 7.6, 1.35, 1.25, 0.5, "y = sum g_e E_e(x)", OUT, size=FONT - 1)
+    _arrow(ax, (7.2, 1.6), (7.6, 1.6))
+    return fig
+
+
+SHARED, SEQ_COLOURS = "#d9d9d9", ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fa9fb5", "#c7e9c0")
+
+
+def block_tables(tables: dict, n_pages: int, page_size: int) -> Figure:
+    """The block tables of a few live sequences over one page pool (chapter 12).
+
+    ``tables``: {sequence id: (block table, tokens stored)}, e.g. ``companion.engine.trace.block_tables``
+    of a running engine. Top row: the pool's physical pages, coloured by the sequence that holds
+    each one (grey and hatched: held by several, i.e. a shared prefix page; white: free). Below, one
+    row per sequence: its logical pages 0, 1, ... in table order, each showing the physical page id
+    it maps to and, shaded, how many of its p slots are filled (token j is in logical page
+    floor(j / p) at offset j mod p)."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be an int >= 1; got {page_size!r}")
+    if isinstance(n_pages, bool) or not isinstance(n_pages, int) or not 1 <= n_pages <= 32:
+        raise ValueError(f"n_pages must be an int in [1, 32] (to fit the column); got {n_pages!r}")
+    if not 1 <= len(tables) <= len(SEQ_COLOURS):
+        raise ValueError(f"tables must hold 1 to {len(SEQ_COLOURS)} sequences; got {len(tables)}")
+    owners: dict[int, list[int]] = {}
+    for sid, (table, length) in tables.items():
+        if len(table) != -(-length // page_size):
+            raise ValueError(f"tables: sequence {sid} stores {length} tokens in {len(table)} pages; "
+                             f"a table holds ceil(length / p) = {-(-length // page_size)} pages")
+        for page in table:
+            if not 0 <= page < n_pages:
+                raise ValueError(f"tables: sequence {sid} maps page {page}, outside the pool [0, {n_pages})")
+            owners.setdefault(page, []).append(sid)
+    colour = {sid: SEQ_COLOURS[i] for i, sid in enumerate(tables)}
+    cell, x0, row = min(0.32, 7.4 / n_pages), 1.45, 0.5
+    height = 1.75 + row * len(tables)
+    fig, ax = _canvas(9.0, height)
+    y_pool = height - 0.6
+    ax.text(0.1, y_pool + cell / 2, "page pool", ha="left", va="center", fontsize=FONT, weight="bold")
+    for page in range(n_pages):
+        held = owners.get(page, [])
+        face = "white" if not held else colour[held[0]] if len(held) == 1 else SHARED
+        ax.add_patch(Rectangle((x0 + page * cell, y_pool), cell, cell, facecolor=face, edgecolor="#444444",
+                               linewidth=0.8, hatch="//" if len(held) > 1 else None))
+        ax.text(x0 + (page + 0.5) * cell, y_pool + cell + 0.08, str(page), ha="center", va="bottom", fontsize=9)
+    y = y_pool - 0.45
+    ax.text(0.1, y + 0.1, "logical page:", ha="left", va="center", fontsize=9)
+    width = max(len(t) for t, _ in tables.values())
+    for k in range(width):
+        ax.text(x0 + (k + 0.5) * cell, y + 0.1, str(k), ha="center", va="center", fontsize=9)
+    for sid, (table, length) in tables.items():
+        y -= row
+        ax.text(0.1, y + cell / 2, f"seq {sid}, T={length}", ha="left", va="center", fontsize=9)
+        for k, page in enumerate(table):
+            filled = min(page_size, length - k * page_size) / page_size
+            x = x0 + k * cell
+            ax.add_patch(Rectangle((x, y), cell * filled, cell, facecolor=colour[sid], linewidth=0))
+            ax.add_patch(Rectangle((x, y), cell, cell, facecolor="none", edgecolor="#444444", linewidth=0.8,
+                                   hatch="//" if len(owners[page]) > 1 else None))
+            ax.text(x + cell / 2, y + cell / 2, str(page), ha="center", va="center", fontsize=9)
+    legend = [("white", None, "free page"), (SHARED, "//", "shared page (ref > 1)"),
+              (SEQ_COLOURS[0], None, f"filled slots (p = {page_size})")]
+    for i, (face, hatch, label) in enumerate(legend):
+        lx = 0.1 + i * 2.9
+        ax.add_patch(Rectangle((lx, 0.12), 0.25, 0.25, facecolor=face, edgecolor="#444444", hatch=hatch))
+        ax.text(lx + 0.35, 0.245, label, ha="left", va="center", fontsize=9)
+    return fig

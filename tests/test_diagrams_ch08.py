@@ -1,0 +1,76 @@
+"""Chapter 8's diagrams: the head map of MHA / GQA / MQA and MLA's data flow, labels readable and apart."""
+
+import itertools
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch
+from matplotlib.text import Text
+
+from companion.notebook.diagrams import kv_head_sharing, mla_flow
+
+
+def _texts(fig):
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def _readable_and_apart(fig):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig)]
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
+    for text, box in boxes:
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text
+    assert fig.get_size_inches()[0] <= 9.1
+    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
+
+
+def test_head_sharing_draws_one_line_per_query_head_to_its_group():
+    fig = kv_head_sharing(8, (8, 2, 1))
+    assert isinstance(fig, Figure)
+    shown = [t.get_text() for t in _texts(fig)]
+    assert [s for s in shown if s.endswith("$g = 8$") or s.endswith("$g = 2$") or s.endswith("$g = 1$")] == [
+        "MHA: $h = 8$, $g = 8$", "GQA: $h = 8$, $g = 2$", "MQA: $h = 8$, $g = 1$"]
+    # three panels x 8 query heads, each joined to exactly one key/value head
+    lines = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    assert len(lines) == 3 * 8
+    # key/value boxes: 8 numbered in MHA, "K, V 1", "K, V 2" in GQA, "K, V 1" in MQA
+    assert shown.count("K, V 1") == 2 and shown.count("K, V 2") == 1
+    assert "cache: $2 \\cdot 2\\, d_h$ per token" in shown
+
+
+def test_head_sharing_lines_end_at_the_head_map():
+    """The line from query head r (top row) ends at the centre of key/value box pi(r) = r // (h / g)."""
+    fig = kv_head_sharing(6, (3,))
+    lines = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    low = {t.get_text(): t.get_position()[0] for t in _texts(fig) if t.get_position()[1] < 1.5}
+    high = {t.get_text(): t.get_position()[0] for t in _texts(fig) if 1.5 < t.get_position()[1] < 2.5}
+    assert sorted(high) == ["1", "2", "3", "4", "5", "6"] and {"1", "2", "3"} <= set(low)
+    for r, line in enumerate(lines):
+        (start_x, _), (end_x, _) = line._posA_posB
+        assert abs(start_x - high[str(r + 1)]) < 1e-9
+        assert abs(end_x - low[str(r // 2 + 1)]) < 1e-9, f"query head {r + 1} is not joined to pi(r)"
+
+
+@pytest.mark.parametrize("make", [lambda: kv_head_sharing(), lambda: kv_head_sharing(12, (12, 4, 1)), mla_flow])
+def test_labels_do_not_overlap_fit_the_column_and_are_readable(make):
+    _readable_and_apart(make())
+
+
+def test_mla_flow_names_the_cache_and_both_paths():
+    shown = " ".join(t.get_text() for t in _texts(mla_flow()))
+    for needle in ("cache: $d_c + d_R$ per token", "$c_j$ latent $(d_c)$", "$k^R_j$ RoPE key $(d_R)$",
+                   "absorbed", "expanded", "\\sqrt{d_h + d_R}"):
+        assert needle in shown, needle
+
+
+def test_head_sharing_rejects_bad_layouts():
+    with pytest.raises(ValueError, match="kv_heads must be 1 to 3 ints that divide n_heads=8"):
+        kv_head_sharing(8, (3,))
+    with pytest.raises(ValueError, match="n_heads must be an int in \\[2, 12\\]"):
+        kv_head_sharing(16, (4,))
