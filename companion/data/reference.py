@@ -17,6 +17,12 @@ file before reading any of it and refuses a folder with a missing, extra or chan
 
     ref = load_reference("ch03-translator")
     ref.model, ref.src_tok, ref.tgt_tok, ref.info
+
+A decoder-only reference (``ch04-char-gpt``) holds one ``tokenizer.json`` instead of the two, and a
+``GPTConfig`` in ``config.json``; ``load_gpt_reference(name)`` verifies and loads it the same way:
+
+    ref = load_gpt_reference("ch04-char-gpt")
+    ref.model, ref.tok, ref.info
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from safetensors.torch import load_file
 from torch import nn
 
 from companion.files import sha256_file
+from companion.models.gpt import GPT, GPTConfig
 from companion.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from companion.tokenizers import tokenizer_from_json
 
-__all__ = ["DIGESTS", "DIGEST_FILE", "ROOT", "Reference", "load_reference", "unique_state", "verify"]
+__all__ = ["DIGESTS", "DIGEST_FILE", "ROOT", "Reference", "load_reference", "unique_state", "verify",
+           "GPTReference", "load_gpt_reference"]
 
 ROOT = Path(__file__).resolve().parents[2] / "data" / "reference"  # in a source checkout
 DIGEST_FILE = "SHA256SUMS.json"
@@ -46,6 +54,12 @@ DIGESTS: dict[str, dict[str, str]] = {
         "model.safetensors": "413fbc1c276ac06160c5cf30860ef46d37954d176c3601b91d75240fd703dd79",
         "src_tokenizer.json": "cb88c36722bc91c816347d28f4676dcf499fcf8fc613a70d25c46103d259c014",
         "tgt_tokenizer.json": "cdac8b46cb2f761092fa4b53795e03bcb755e7b4efe601c3348bff9478df45a0",
+    },
+    "ch04-char-gpt": {  # python experiments/ch04_char_gpt.py --save data/reference/ch04-char-gpt
+        "config.json": "7b7037586a79979386e77c5466c16c9171aa914cc93e1c64198b6a2253d59bea",
+        "info.json": "a01e506b403f68999caf3a0e86fce80e0cea362c14b1db7a016fa830c3fa86ae",
+        "model.safetensors": "a2f13e7c66201bf4f65ac1d62b1a3350900a4a105890bae71da9869c6f56a334",
+        "tokenizer.json": "0dee20d6644c1ade45173c2ee5b977ead0ad0807575d6d03a73eb2a1cc6d1986",
     },
 }
 
@@ -97,28 +111,64 @@ def verify(folder: Path | str, digests: dict[str, str]) -> dict[str, str]:
     return digests
 
 
-def load_reference(name: str, root: Path | str | None = None,
-                   digests: dict[str, str] | None = None) -> Reference:
-    """Verify, then load ``root/name`` (default ``ROOT``) against ``digests`` (default ``DIGESTS[name]``)."""
+def _verified_folder(name: str, root: Path | str | None, digests: dict[str, str] | None) -> Path:
+    """``root/name`` (default ``ROOT``), verified against ``digests`` (default ``DIGESTS[name]``)."""
     if digests is None:
         if name not in DIGESTS:
             raise ValueError(f"name must be one of {sorted(DIGESTS)}; got {name!r}")
         digests = DIGESTS[name]
     folder = Path(ROOT if root is None else root) / name
     verify(folder, digests)
+    return folder
+
+
+def _load_model(folder: Path, config_cls: type, model_cls: type) -> nn.Module:
+    """The model of ``config.json`` (fields of ``config_cls``) with the weights of ``model.safetensors``,
+    float32 and in eval mode."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    known = {f.name for f in fields(Seq2SeqConfig)}
+    known = {f.name for f in fields(config_cls)}
     if not set(config) <= known:
         raise ValueError(f"{folder / 'config.json'}: unknown fields {sorted(set(config) - known)}")
-    model = Seq2SeqTransformer(Seq2SeqConfig(**config))
+    model = model_cls(config_cls(**config))
     weights = load_file(folder / "model.safetensors")
-    # a tied matrix (the output projection is the target embedding) is stored under its first name
+    # a tied matrix (the output projection is an embedding) is stored under its first name only
     missing, unexpected = model.load_state_dict(weights, strict=False)
     tied = set(model.state_dict()) - set(unique_state(model))
     if set(missing) - tied or unexpected:
         raise ValueError(f"{folder / 'model.safetensors'} does not fit config.json: "
                          f"missing {sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
+    return model.float().eval()
+
+
+def load_reference(name: str, root: Path | str | None = None,
+                   digests: dict[str, str] | None = None) -> Reference:
+    """Verify, then load the translator reference ``root/name`` (default ``ROOT``) against ``digests``
+    (default ``DIGESTS[name]``)."""
+    folder = _verified_folder(name, root, digests)
+    model = _load_model(folder, Seq2SeqConfig, Seq2SeqTransformer)
     src_tok = tokenizer_from_json(folder / "src_tokenizer.json")
     tgt_tok = tokenizer_from_json(folder / "tgt_tokenizer.json")
     info = json.loads((folder / "info.json").read_text(encoding="utf-8"))
-    return Reference(name, folder, model.float().eval(), src_tok, tgt_tok, info)
+    return Reference(name, folder, model, src_tok, tgt_tok, info)
+
+
+@dataclass
+class GPTReference:
+    """A loaded decoder-only reference: the GPT (float32, eval mode, CPU), its tokenizer, ``info.json``."""
+
+    name: str
+    folder: Path
+    model: nn.Module
+    tok: object
+    info: dict
+
+
+def load_gpt_reference(name: str, root: Path | str | None = None,
+                       digests: dict[str, str] | None = None) -> GPTReference:
+    """Verify, then load the GPT reference ``root/name`` (config.json holds ``GPTConfig`` fields,
+    tokenizer.json its one tokenizer); ``digests`` defaults to ``DIGESTS[name]``."""
+    folder = _verified_folder(name, root, digests)
+    model = _load_model(folder, GPTConfig, GPT)
+    tok = tokenizer_from_json(folder / "tokenizer.json")
+    info = json.loads((folder / "info.json").read_text(encoding="utf-8"))
+    return GPTReference(name, folder, model, tok, info)
