@@ -1,20 +1,15 @@
 """Chapter 4's diagram: teacher forcing beside generation, labels readable and apart."""
 
-import itertools
-
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pytest
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from companion.notebook.diagrams import teacher_forcing_vs_generation
-
-
-def _texts(fig):
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+from figure_layout import assert_readable_layout
+from figure_layout import texts as _texts
 
 
 def test_both_halves_show_inputs_labels_and_passes():
@@ -29,15 +24,7 @@ def test_both_halves_show_inputs_labels_and_passes():
 
 def test_labels_do_not_overlap_fit_the_column_and_are_readable():
     fig = teacher_forcing_vs_generation()
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig)]
-    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
-        assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
-    for text, box in boxes:
-        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text
-    assert fig.get_size_inches()[0] <= 9.0
-    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
+    assert_readable_layout(fig)
 
 
 def test_too_few_tokens_raise():

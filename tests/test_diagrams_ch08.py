@@ -1,7 +1,5 @@
 """Chapter 8's diagrams: the head map of MHA / GQA / MQA and MLA's data flow, labels readable and apart."""
 
-import itertools
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -9,25 +7,14 @@ matplotlib.use("Agg")
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
-from matplotlib.text import Text
 
 from companion.notebook.diagrams import kv_head_sharing, mla_flow
-
-
-def _texts(fig):
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+from figure_layout import assert_readable_layout
+from figure_layout import texts as _texts
 
 
 def _readable_and_apart(fig):
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig)]
-    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
-        assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
-    for text, box in boxes:
-        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text
-    assert fig.get_size_inches()[0] <= 9.1
-    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
+    assert_readable_layout(fig, max_width_in=9.1)
 
 
 def test_head_sharing_draws_one_line_per_query_head_to_its_group():

@@ -1,7 +1,5 @@
 """Chapter 11's diagrams: the tiling step and the memory-traffic bars, labels readable and apart."""
 
-import itertools
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -9,26 +7,11 @@ matplotlib.use("Agg")
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.text import Text
 
 from companion.kernels.flash import dense_traffic_bytes, tiled_traffic_bytes
 from companion.notebook.diagrams import flash_tiling, memory_traffic
-
-
-def _texts(fig):
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-
-
-def _check_layout(fig):
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig)]
-    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
-        assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
-    for text, box in boxes:
-        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text
-    assert fig.get_size_inches()[0] <= 9.0
-    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
+from figure_layout import assert_readable_layout
+from figure_layout import texts as _texts
 
 
 def _faces(fig, colour):
@@ -67,4 +50,4 @@ def test_traffic_bars_are_labelled_with_the_model_totals():
 
 @pytest.mark.parametrize("make", [flash_tiling, memory_traffic])
 def test_labels_do_not_overlap_fit_the_column_and_are_readable(make):
-    _check_layout(make())
+    assert_readable_layout(make())

@@ -1,7 +1,5 @@
 """Chapter 12's block-table diagram: drawn from the tables it is given, labels readable and apart."""
 
-import itertools
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -9,27 +7,12 @@ matplotlib.use("Agg")
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.text import Text
 
 from companion.notebook.diagrams import SEQ_COLOURS, SHARED, block_tables
+from figure_layout import assert_readable_layout
+from figure_layout import texts as _texts
 
 TABLES = {0: ([0, 1, 5], 11), 1: ([0, 2], 7), 2: ([3, 4, 6, 7], 14)}
-
-
-def _texts(fig):
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-
-
-def _check_layout(fig):
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig)]
-    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
-        assert not box_a.overlaps(box_b), f"labels {a!r} and {b!r} overlap"
-    for text, box in boxes:
-        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height, text
-    assert fig.get_size_inches()[0] <= 9.0
-    assert min(t.get_fontsize() for t in _texts(fig)) >= 9
 
 
 def _faces(fig, colour, hatch=None):
@@ -70,4 +53,4 @@ def test_inconsistent_tables_are_refused():
 
 @pytest.mark.parametrize("n_pages", [8, 16, 32])
 def test_labels_do_not_overlap_fit_the_column_and_are_readable(n_pages):
-    _check_layout(block_tables(TABLES, n_pages=n_pages, page_size=4))
+    assert_readable_layout(block_tables(TABLES, n_pages=n_pages, page_size=4))
