@@ -10,6 +10,9 @@ What this module provides
   <R_m q, R_n k> depends only on q, k and m - n. Context extension by position interpolation
   ("pi": theta_i / s), NTK-aware base change ("ntk": base * s^(d/(d-2))) and YaRN ("yarn":
   per-frequency blend of the two plus the attention temperature 0.1 ln s + 1 on q and k).
+- ``rope_turns`` / ``ntk_base`` / ``yarn_temperature``: the quantities chapter 7 reasons with: the
+  full turns r_i = L theta_i / (2 pi) of each pair over a context, the NTK-aware base
+  b s^(d_h/(d_h-2)), and YaRN's factor 0.1 ln s + 1 on q and k.
 - ``alibi_slopes`` / ``alibi_bias``: ALiBi (Press et al. 2022), score_ij - m_h |i - j| with
   geometric per-head slopes m_h; no embedding at all.
 
@@ -32,6 +35,9 @@ __all__ = [
     "RotaryEmbedding",
     "rope_inverse_frequencies",
     "rotate_half",
+    "rope_turns",
+    "ntk_base",
+    "yarn_temperature",
     "ROPE_SCALINGS",
     "alibi_slopes",
     "alibi_bias",
@@ -212,6 +218,43 @@ def rope_inverse_frequencies(
         blended = (1 - mix) * inv_freq / factor + mix * inv_freq
         inv_freq = torch.where(wavelength < short_wave, inv_freq, torch.where(wavelength > long_wave, inv_freq / factor, blended))
     return inv_freq.to(torch.float32), mscale
+
+
+def rope_turns(inv_freq: Tensor, length: int) -> Tensor:
+    """r_i = L theta_i / (2 pi): how many full turns pair i makes over ``length`` = L positions.
+
+    (d_h/2,) -> (d_h/2,). A pair with r_i < 1 never completes a turn inside the context, so the
+    model only ever sees part of its circle; YaRN's ramp (``rope_inverse_frequencies``, "yarn") is
+    written in these units: pairs with r_i > beta_fast are kept, pairs with r_i < beta_slow are
+    interpolated (Peng et al. 2024, section 3.2)."""
+    if inv_freq.dim() != 1:
+        raise ValueError(f"inv_freq must be a 1-D tensor of pair frequencies (d_h/2,); got shape {tuple(inv_freq.shape)}")
+    if length < 1:
+        raise ValueError(f"length must be >= 1 (a context of L positions); got {length}")
+    return length * inv_freq.to(torch.float64) / (2 * math.pi)
+
+
+def ntk_base(base: float, factor: float, head_dim: int) -> float:
+    """The NTK-aware base b' = b s^(d_h/(d_h - 2)) (bloc97 2023).
+
+    Chosen so that the slowest pair, theta_{d_h/2-1} = b^(-(d_h-2)/d_h), becomes exactly s times
+    slower, while pair 0 (theta_0 = 1 for every base) is unchanged; the pairs between are slowed
+    by s^(2i/(d_h-2)), a geometric blend of "keep" and "interpolate"."""
+    if head_dim < 4 or head_dim % 2:
+        raise ValueError(f"head_dim must be even and >= 4 (the exponent divides by d_h - 2); got {head_dim}")
+    if base <= 1:
+        raise ValueError(f"base must be > 1; got {base}")
+    if factor < 1:
+        raise ValueError(f"factor (the context extension s) must be >= 1; got {factor}")
+    return base * factor ** (head_dim / (head_dim - 2))
+
+
+def yarn_temperature(factor: float) -> float:
+    """YaRN's factor on q and k, sqrt(1/t) = 0.1 ln s + 1 (Peng et al. 2024, eq. 22): the logits are
+    multiplied by its square, which sharpens the softmax that the longer context flattens. 1 for s = 1."""
+    if factor < 1:
+        raise ValueError(f"factor (the context extension s) must be >= 1; got {factor}")
+    return 0.1 * math.log(factor) + 1.0
 
 
 def rotate_half(x: Tensor) -> Tensor:

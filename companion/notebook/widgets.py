@@ -10,6 +10,10 @@ What this module provides
 - ``sampling_explorer(logits, labels)``: two sliders, temperature and top-p, and a bar chart of the
   next-token distribution they leave (chapter 4): the tempered softmax over the nucleus, zero
   outside it.
+- ``rope_frequency_explorer(head_dim, trained_len, max_len)``: a base slider, a context-extension
+  scheme (none, PI, NTK, YaRN, Llama 3) and its factor s (chapter 7): the frequency of every RoPE
+  pair against the plain one, and the rotary score of a vector with itself at each offset,
+  <R_m q, R_0 q> / |q|^2, with the trained length marked.
 
 The explorers are thin: the numbers they show come from ``companion.attention``.
 """
@@ -26,7 +30,7 @@ from companion.attention import stable_softmax
 from companion.inference.generate import filter_logits
 from companion.positions import sinusoidal_table
 
-__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer"]
+__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer"]
 
 
 def softmax_temperature_explorer(
@@ -131,3 +135,60 @@ def sampling_explorer(
     p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p",
                                    continuous_update=False)
     return widgets.interactive(draw, temperature=t_slider, top_p=p_slider)
+
+
+ROPE_EXPLORER_SCHEMES = ("none", "pi", "ntk", "yarn", "llama3")
+
+
+def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: int = 512, *,
+                            base: float = 10000.0, scheme: str = "none", factor: float = 4.0):
+    """Return an ipywidgets ``interactive`` over RoPE's frequencies (chapter 7, equation 7.3).
+
+    Controls: log10 of the base, a context-extension scheme and its factor s. Left panel: the
+    frequency theta_i of each pair (log scale) as ``companion.positions.rope_inverse_frequencies``
+    computes it, beside the plain theta_i = base^(-2i/d_h). Right panel: the rotary score of a vector
+    of ones with itself at offset n, <R_n q, R_0 q> / |q|^2 = t^2 mean_i cos(n theta_i) (t the YaRN
+    temperature factor), for n up to ``max_len``, with ``trained_len`` marked: the scores a model
+    never saw lie to its right."""
+    import ipywidgets as widgets
+
+    from companion.positions import rope_inverse_frequencies, rope_turns
+
+    if head_dim < 4 or head_dim % 2:
+        raise ValueError(f"head_dim must be even and >= 4; got {head_dim}")
+    if not 2 <= trained_len < max_len:
+        raise ValueError(f"need 2 <= trained_len < max_len; got trained_len={trained_len}, max_len={max_len}")
+    if scheme not in ROPE_EXPLORER_SCHEMES:
+        raise ValueError(f"scheme must be one of {ROPE_EXPLORER_SCHEMES}; got {scheme!r}")
+    if not (1.0 <= factor <= 16.0 and 10.0 <= base <= 1e7):
+        raise ValueError(f"factor must be in [1, 16] and base in [10, 1e7]; got {factor}, {base}")
+    offsets = torch.arange(max_len, dtype=torch.float64)
+
+    def draw(log10_base: float, scheme: str, factor: float) -> None:
+        b = 10.0 ** log10_base
+        plain, _ = rope_inverse_frequencies(head_dim, b)
+        scaling = None if scheme == "none" else scheme
+        theta, temperature = rope_inverse_frequencies(head_dim, b, scaling, factor, trained_len)
+        score = temperature**2 * torch.cos(offsets[:, None] * theta.double()).mean(-1)  # (max_len,)
+        turning = int((rope_turns(theta, trained_len) >= 1).sum())
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+        pairs = range(head_dim // 2)
+        ax1.semilogy(pairs, plain.numpy(), "o", color="lightgrey", label="plain")
+        ax1.semilogy(pairs, theta.numpy(), ".", color="tab:blue", label=scheme)
+        ax1.set_xlabel("pair i")
+        ax1.set_ylabel("theta_i (radians / position)")
+        ax1.set_title(f"base {b:,.0f}: {turning} of {head_dim // 2} pairs turn within {trained_len}")
+        ax1.legend(loc="upper right", fontsize=8)
+        ax2.plot(offsets.numpy(), score.numpy(), color="tab:blue")
+        ax2.axvline(trained_len, color="grey", ls="--", lw=1)
+        ax2.set_xlabel("offset n")
+        ax2.set_title(f"score of q with itself, {scheme}, s = {factor:g}")
+        fig.tight_layout()
+        plt.show()
+
+    base_slider = widgets.FloatSlider(value=math.log10(base), min=1.0, max=7.0, step=0.1,
+                                      description="log10 base", continuous_update=False)
+    scheme_box = widgets.Dropdown(options=list(ROPE_EXPLORER_SCHEMES), value=scheme, description="scheme")
+    factor_slider = widgets.FloatSlider(value=factor, min=1.0, max=16.0, step=0.5, description="factor s",
+                                        continuous_update=False)
+    return widgets.interactive(draw, log10_base=base_slider, scheme=scheme_box, factor=factor_slider)
