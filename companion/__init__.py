@@ -8,6 +8,7 @@ accounting / hf -> engine / training -> notebook / exercises -> this package and
 
 The mathematics
 - ``companion.attention``: scaled dot-product attention, softmax and masks (1).
+- ``companion.attention_backward``: attention's backward pass by hand, dQ, dK, dV (5).
 - ``companion.positions``: sinusoidal, learned, RoPE (+ PI / NTK / YaRN), ALiBi (2, 7).
 - ``companion.norms``: LayerNorm and RMSNorm written out (3, 6).
 - ``companion.feedforward``: ReLU / GELU MLPs and SwiGLU (3, 6).

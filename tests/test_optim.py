@@ -150,3 +150,38 @@ def test_schedules_drive_lambda_lr_and_survive_state_dict():
     opt2 = optim.AdamW([p], lr=1e-3)
     opt2.load_state_dict(opt.state_dict())
     assert opt2.state[p]["step"] == 8
+
+
+def test_param_groups_on_a_gpt_exempt_biases_norm_gains_and_embeddings():
+    from companion.models.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    decay, exempt = optim.param_groups(model, 0.1, decay_embeddings=False)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    exempted = {names[id(p)] for p in exempt["params"]}
+    assert decayed | exempted == set(names.values()) and not decayed & exempted
+    linear_weights = {names[id(m.weight)] for m in model.modules() if isinstance(m, nn.Linear)}
+    linear_weights.discard("wte.weight")  # the output layer is tied to the token embedding
+    norm_params = {f"{n}.{w}" for n, m in model.named_modules() if "norm" in type(m).__name__.lower()
+                   for w in ("weight", "bias")}
+    assert linear_weights and linear_weights <= decayed
+    assert norm_params and norm_params <= exempted
+    assert "wte.weight" in exempted and all(n.endswith(".bias") for n in exempted - norm_params - {"wte.weight"})
+
+
+def test_adamw_decay_ignores_the_gradient_scale_and_adam_l2_does_not():
+    # Flat loss, pure-noise gradients of scale 0.01 (row 0) and 10 (row 1): only the decay pulls.
+    def means(cls, steps=300, lr=1e-2, wd=0.1):
+        theta = torch.ones(2, 100, dtype=torch.float64, requires_grad=True)
+        opt = cls([theta], lr=lr, weight_decay=wd)
+        gen = torch.Generator().manual_seed(0)
+        sigma = torch.tensor([[0.01], [10.0]], dtype=torch.float64)
+        for _ in range(steps):
+            theta.grad = sigma * torch.randn(2, 100, generator=gen, dtype=torch.float64)
+            opt.step()
+        return theta.detach().mean(-1)
+
+    adamw, l2 = means(optim.AdamW), means(optim.Adam)
+    assert (adamw - (1 - 1e-3) ** 300).abs().max() < 0.05
+    assert l2[0].abs() < 0.05 and l2[1] > 0.9
