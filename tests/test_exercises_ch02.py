@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from companion.exercises import ExerciseFailed, check, checkers
+from exercise_checks import fails
+from companion.exercises import check, checkers
 
 
 def omega(d, base=10000.0, exponent=2):
@@ -26,16 +27,6 @@ def interleave(even, odd):
 def table(positions, d):
     angles = positions.double()[:, None] * omega(d)
     return interleave(angles.sin(), angles.cos())
-
-
-def fails(name, fn, *needles):
-    """Run the checker on a wrong answer: it must fail, and the message must name the mistake."""
-    with pytest.raises(ExerciseFailed) as info:
-        check(name, fn, quiet=True)
-    message = str(info.value)
-    for needle in needles:
-        assert needle in message, f"{needle!r} not in {message!r}"
-    return message
 
 
 def test_chapter_2_checkers_are_registered():

@@ -7,17 +7,8 @@ gated product, the parameter count term by term), independently of the checkers'
 import pytest
 import torch
 
-from companion.exercises import ExerciseFailed, check, checkers
-
-
-def fails(name, fn, *needles):
-    """Run the checker on a wrong answer: it must fail, and the message must name the mistake."""
-    with pytest.raises(ExerciseFailed) as info:
-        check(name, fn, quiet=True)
-    message = str(info.value)
-    for needle in needles:
-        assert needle in message, f"{needle!r} not in {message!r}"
-    return message
+from exercise_checks import fails
+from companion.exercises import check, checkers
 
 
 def test_chapter_6_checkers_are_registered():
