@@ -24,6 +24,8 @@ y = sum_{e in TopK(x)} g_e(x) E_e(x) + sum_s S_s(x)     (Shazeer et al. 2017; Mi
     for choosing the top k only (never to the gate values); after each step ``update_bias()`` moves
     b_e by -gamma for overloaded and +gamma for underloaded experts.
 - ``last_load``: tokens per expert in the last forward (the per-expert load report).
+- ``load_imbalance(load)``: max_e load_e / mean_e load_e of such a report: 1 when balanced, E when
+  one expert takes every assignment (chapter 9 compares the balancing methods by it).
 """
 
 from __future__ import annotations
@@ -33,10 +35,23 @@ from torch import Tensor, nn
 
 from companion.feedforward import ClampedSwiGLU, SwiGLU
 
-__all__ = ["MoE", "ROUTERS", "EXPERTS"]
+__all__ = ["MoE", "ROUTERS", "EXPERTS", "load_imbalance"]
 
 ROUTERS = ("softmax", "sigmoid")
 EXPERTS = ("swiglu", "clamped_swiglu")  # SwiGLU (Mixtral, DeepSeek, Qwen) or gpt-oss's clamped one, with biases
+
+
+def load_imbalance(load: Tensor) -> Tensor:
+    """load (..., E) assignments per expert -> (...,) max_e load_e / mean_e load_e.
+
+    1 for a perfectly even load, E when one expert receives everything: the factor by which the
+    busiest expert exceeds its fair share, which is what sets an expert-parallel layer's speed."""
+    if not isinstance(load, Tensor) or load.dim() < 1 or load.shape[-1] < 1:
+        raise ValueError(f"load must be a tensor (..., E) with E >= 1 experts; got {getattr(load, 'shape', load)!r}")
+    if bool((load < 0).any()) or bool((load.sum(-1) <= 0).any()):
+        raise ValueError("load must be non-negative counts with at least one assignment per row")
+    load = load.to(torch.float64)
+    return load.amax(-1) / load.mean(-1)
 
 
 class MoE(nn.Module):

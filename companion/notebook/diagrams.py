@@ -22,6 +22,8 @@ What this module provides, each a function returning a ``matplotlib.figure.Figur
   decode step (one row at position n, its k, v appended, its query reading all n + 1) (chapter 10).
 - ``block_tables(tables, n_pages, page_size)``: the block tables of a few live sequences over one
   page pool, shared pages hatched, each logical page shaded by its filled slots (chapter 12).
+- ``capstone_pipeline(stages)``: the capstone's stages (equations, model, training, checkpoint,
+  serving, export) left to right, each with the check that joins it to the previous one (chapter 13).
 - ``glue_figure(name, fig)``: hand any figure to the book build under ``name``, where a
   ``{glue:figure}`` directive gives it a number, a caption and alt text; it is also displayed in
   the notebook itself (tag the cell ``remove-output`` so the book shows it once).
@@ -780,4 +782,41 @@ def block_tables(tables: dict, n_pages: int, page_size: int) -> Figure:
         lx = 0.1 + i * 2.9
         ax.add_patch(Rectangle((lx, 0.12), 0.25, 0.25, facecolor=face, edgecolor="#444444", hatch=hatch))
         ax.text(lx + 0.35, 0.245, label, ha="left", va="center", fontsize=9)
+    return fig
+
+
+# Chapter 13: the capstone's pipeline, one box a stage, with the check that joins it to the last.
+CAPSTONE_STAGES = (
+    ("equations", "(13.1)-(13.8)", "written out\nby hand"),
+    ("model", "from_preset", "= the hand\nrecurrence"),
+    ("training", "Trainer", "loss below\nthe bar"),
+    ("checkpoint", "save / load", "bit-equal\nlogits"),
+    ("serving", "Engine, pages", "tokens as if\nalone"),
+    ("export", "to_hf", "logits equal\n(1e-5)"),
+)
+
+
+def capstone_pipeline(stages=CAPSTONE_STAGES) -> Figure:
+    """The capstone's stages left to right (chapter 13): each a box with its title and the
+    companion piece that runs it, joined by arrows, with the check the chapter runs on it below.
+
+    ``stages``: 2 to 6 (title, companion piece, check) triples of strings."""
+    stages = tuple(stages)
+    if not 2 <= len(stages) <= 6:
+        raise ValueError(f"stages must hold 2 to 6 (title, piece, check) triples; got {len(stages)}")
+    for s in stages:
+        if not (isinstance(s, tuple) and len(s) == 3 and all(isinstance(x, str) and x for x in s)):
+            raise ValueError(f"stages: each stage is a (title, piece, check) triple of strings; got {s!r}")
+    fig, ax = _canvas(9.0, 2.1)
+    gap = 0.3
+    w = (8.8 - gap * (len(stages) - 1)) / len(stages)  # boxes share the 8.8 inches left by margins
+    colours = [TENSOR] + [OP] * (len(stages) - 2) + [OUT]
+    for i, ((title, piece, test), colour) in enumerate(zip(stages, colours)):
+        x = 0.1 + i * (w + gap)
+        _box(ax, x, 1.05, w, 0.95, "", colour)
+        ax.text(x + w / 2, 1.72, title, ha="center", va="center", fontsize=FONT, weight="bold")
+        ax.text(x + w / 2, 1.3, piece, ha="center", va="center", fontsize=FONT - 1, family="monospace")
+        ax.text(x + w / 2, 0.85, test, ha="center", va="top", fontsize=FONT - 1, style="italic")
+        if i:
+            _arrow(ax, (x - gap, 1.52), (x, 1.52))
     return fig
