@@ -16,7 +16,9 @@ What this package provides
 - ``register(name)``: the decorator chapters' checker modules (``companion.exercises.ch01`` ...) use.
 - ``compare(case, got, expected, ...)``: the shared tensor comparison with a diagnosis; ``call(case, fn, ...)``
   runs the learner's function and turns its exception into a failure that names the case;
-  ``diagnose(case, got, expected, mistakes)`` also names the known mistake a wrong answer reproduces.
+  ``diagnose(case, got, expected, mistakes)`` also names the known mistake a wrong answer reproduces;
+  ``integer_answer(case, got)`` and ``diagnose_integer(case, got, expected, mistakes)`` do the same
+  for answers that are counts (bytes, parameters, slots).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "Report"]
+__all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "Report",
+           "integer_answer", "diagnose_integer"]
 
 _REGISTRY: dict[str, Callable] = {}
 
@@ -150,6 +153,25 @@ def diagnose(case: str, got, expected: Tensor, mistakes: dict[str, Tensor], **kw
                         g.nan_to_num(0, 0, 0), w.nan_to_num(0, 0, 0), atol=1e-6, rtol=1e-5):
                     raise ExerciseFailed(f"{failure} -- your result equals {hint}") from None
         raise
+
+
+def integer_answer(case: str, got) -> int:
+    """The learner's count as a Python int (a one-element tensor is accepted); anything else fails."""
+    if isinstance(got, Tensor) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, bool) or not isinstance(got, int):
+        raise ExerciseFailed(f"{case}: your function must return an int; got {type(got).__name__}")
+    return got
+
+
+def diagnose_integer(case: str, got: int, expected: int, mistakes: dict[str, int]) -> None:
+    """Fail unless ``got == expected``, naming every known mistake (description -> the count it gives)
+    that ``got`` reproduces; two mistakes can agree on some inputs, so all matches are named."""
+    if got == expected:
+        return
+    hints = [hint for hint, wrong in mistakes.items() if wrong == got and wrong != expected]
+    extra = f" -- your result equals {' or '.join(hints)}" if hints else ""
+    raise ExerciseFailed(f"{case}: expected {expected:,}, got {got:,}{extra}")
 
 
 def call(case: str, fn: Callable, *args, **kwargs):

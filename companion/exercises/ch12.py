@@ -19,25 +19,9 @@ import math
 
 import torch
 
-from companion.exercises import ExerciseFailed, call, diagnose, register
+from companion.exercises import call, diagnose, diagnose_integer, integer_answer, register
 from companion.inference.kvquant import bytes_per_group, dequantize, qmax, quantize
 from companion.kernels.paged_reference import page_slots
-
-
-def _int_answer(case: str, got) -> int:
-    if isinstance(got, torch.Tensor) and got.numel() == 1:
-        got = got.item()
-    if isinstance(got, bool) or not isinstance(got, int):
-        raise ExerciseFailed(f"{case}: your function must return an int; got {type(got).__name__}")
-    return got
-
-
-def _explain(case: str, got: int, expected: int, mistakes: dict[str, int]) -> None:
-    if got == expected:
-        return
-    hints = [hint for hint, wrong in mistakes.items() if wrong == got and wrong != expected]
-    extra = f" -- your result equals {hints[0]}" if hints else ""
-    raise ExerciseFailed(f"{case}: expected {expected}, got {got}{extra}")
 
 
 # --- ch12.slot ---------------------------------------------------------------------------------
@@ -52,8 +36,8 @@ def check_slot(fn, gen, report) -> None:
         slots = page_slots(torch.tensor(table), p).tolist()
         case = f"table={table}, p={p}"
         for j in range(n * p):
-            got = _int_answer(f"{case}, j={j}", call(case, fn, list(table), j, p))
-            _explain(f"{case}, j={j}", got, slots[j], {
+            got = integer_answer(f"{case}, j={j}", call(case, fn, list(table), j, p))
+            diagnose_integer(f"{case}, j={j}", got, slots[j], {
                 "j itself (the block table was not used)": j,
                 "table[j // p] + j % p (the page id not multiplied by p)": table[j // p] + j % p,
                 "table[j % p] * p + j // p (page and offset swapped)":
@@ -78,9 +62,9 @@ def check_paged_bytes(fn, gen, report) -> None:
         cases.append((*r, 2 * int(torch.randint(4, 65, (), generator=gen)), (32, 16, 8, 4)[len(cases) % 4]))
     for T, p, L, g, d, bits in cases:
         case = f"T={T}, p={p}, n_layers={L}, kv_heads={g}, head_dim={d}, bits={bits}"
-        got = _int_answer(case, call(case, fn, T, p, L, g, d, bits))
+        got = integer_answer(case, call(case, fn, T, p, L, g, d, bits))
         pages = math.ceil(T / p)
-        _explain(case, got, _paged_bytes(T, p, L, g, d, bits), {
+        diagnose_integer(case, got, _paged_bytes(T, p, L, g, d, bits), {
             "T tokens' worth (the unused slots of the last page are held too)":
                 T * L * 2 * g * (bytes_per_group(d, bits) if bits in (8, 4) else d * bits // 8),
             "K only (V takes as much again)": _paged_bytes(T, p, L, g, d, bits) // 2,
