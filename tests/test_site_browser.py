@@ -120,3 +120,16 @@ def test_sitefix_keeps_one_copy_of_each_inline_script():
     sitefix._dedupe_scripts(None, "p", "page.html", context, None)
     assert [(s.filename, s.attributes["body"]) for s in context["script_files"]] == [
         ("a.js", ""), (None, "const X = 1"), (None, "const Y = 2")]
+
+
+def test_a_load_event_that_came_before_the_navigate_reply_is_not_waited_for_again():
+    browser = check_browser.Browser.__new__(check_browser.Browser)  # no Chromium: only the event logic
+
+    class Silent:
+        def recv(self):
+            raise AssertionError("waited for a second load event that will never come")
+
+    browser.ws, browser.events = Silent(), [{"method": "Page.frameNavigated"}, {"method": "Page.loadEventFired"}]
+    browser.wait_for("Page.loadEventFired", since=0)  # already there: returns without reading
+    with pytest.raises(AssertionError, match="second load event"):
+        browser.wait_for("Page.loadEventFired", since=2)  # only events after the mark count

@@ -169,7 +169,7 @@ def run_times_table(times_file: Path, listed: list[Path]) -> str:
              f"{rec['workers']} chapter(s) at a time on {rec['cores']} cores of {rec['cpu']}. The book's "
              "budget is 120 s a chapter on such a machine; a laptop is usually faster. No GPU run of the "
              "gpu profile has been recorded yet (`benchmarks/gpu_check.sh` is the prepared one).", "",
-             "| chapter | seconds (CPU, quick profile) |", "|---|---:|"]
+             "| chapter | seconds (wall clock, CPU only) |", "|---|---:|"]
     total = 0.0
     for path in listed:
         s = secs.get(path.name)

@@ -172,6 +172,7 @@ class Browser:
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
         page = next(t for t in targets if t["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
+        self._ws_timeout = websocket.WebSocketTimeoutException
         self.next_id = 0
         self.events: list[dict] = []
         for domain in ("Page", "Runtime", "Log"):
@@ -184,12 +185,19 @@ class Browser:
         my_id = self.next_id
         self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
         while True:
-            msg = json.loads(self.ws.recv())
+            msg = self.receive()
             if msg.get("id") == my_id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
                 return msg.get("result", {})
             self.handle(msg)
+
+    def receive(self) -> dict:
+        """The next DevTools message; a silent socket (60 s) is a TimeoutError."""
+        try:
+            return json.loads(self.ws.recv())
+        except self._ws_timeout as e:
+            raise TimeoutError(f"Chromium sent nothing for 60 s: {e}") from e
 
     def handle(self, msg: dict) -> None:
         if msg.get("method") == "Fetch.requestPaused":
@@ -201,10 +209,16 @@ class Browser:
         elif "method" in msg:
             self.events.append(msg)
 
-    def wait_for(self, method: str, timeout: float = 60) -> None:
+    def wait_for(self, method: str, timeout: float = 60, since: int | None = None) -> None:
+        """Wait for the event ``method``. With ``since`` (a length of ``self.events`` taken before the
+        command that causes it), an event that already arrived while ``call`` waited for that
+        command's reply counts too: a small page can fire its load event before Chromium answers
+        ``Page.navigate``, and waiting for a second one would hang."""
+        if since is not None and any(e.get("method") == method for e in self.events[since:]):
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            msg = json.loads(self.ws.recv())
+            msg = self.receive()
             if "id" not in msg:
                 self.handle(msg)
                 if msg.get("method") == method:
@@ -245,8 +259,9 @@ def console_errors(events: list[dict]) -> list[str]:
 def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: Path) -> dict:
     browser.events.clear()
     browser.call("Emulation.setDeviceMetricsOverride", width=width, height=HEIGHT, deviceScaleFactor=1, mobile=False)
+    mark = len(browser.events)
     browser.call("Page.navigate", url=page.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
+    browser.wait_for("Page.loadEventFired", since=mark)
     result = browser.call("Runtime.evaluate", expression=INSPECT, awaitPromise=True, returnByValue=True, timeout=60_000)
     if "exceptionDetails" in result:
         raise RuntimeError(f"{page.name}: the inspecting script failed: {result['exceptionDetails']}")
@@ -256,8 +271,9 @@ def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: 
     report["console"] = console_errors(browser.events)
     if shots is not None:
         # Collapse the solutions again so that the screenshot shows the page as a reader first sees it.
+        mark = len(browser.events)
         browser.call("Page.reload", ignoreCache=False)
-        browser.wait_for("Page.loadEventFired")
+        browser.wait_for("Page.loadEventFired", since=mark)
         browser.call("Runtime.evaluate", awaitPromise=True, expression=(
             "(async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise;"
             " await Promise.all(Array.from(document.images).map((i) => { i.loading = 'eager';"
@@ -357,7 +373,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for width in args.widths:
                 start = time.perf_counter()
-                report = inspect(browser, page, width, shots, args.site)
+                try:
+                    report = inspect(browser, page, width, shots, args.site)
+                except (TimeoutError, OSError) as e:  # a renderer that stopped answering (a loaded machine)
+                    print(f"check_browser: {page.relative_to(args.site)} @ {width} px: no answer ({e!r}); "
+                          "restarting Chromium and trying the page once more", flush=True)
+                    browser.close()
+                    browser = Browser(chrome)
+                    report = inspect(browser, page, width, shots, args.site)
                 problems = problems_of(report, page, args.site, width, repo)
                 failed += bool(problems)
                 w = report["widgets"]
