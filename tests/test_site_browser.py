@@ -130,6 +130,7 @@ def test_a_load_event_that_came_before_the_navigate_reply_is_not_waited_for_agai
             raise AssertionError("waited for a second load event that will never come")
 
     browser.ws, browser.events = Silent(), [{"method": "Page.frameNavigated"}, {"method": "Page.loadEventFired"}]
+    browser._ws_timeout = ConnectionError  # what websocket-client raises on a silent socket; not raised here
     browser.wait_for("Page.loadEventFired", since=0)  # already there: returns without reading
     with pytest.raises(AssertionError, match="second load event"):
         browser.wait_for("Page.loadEventFired", since=2)  # only events after the mark count
