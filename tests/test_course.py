@@ -4,6 +4,7 @@ to bottom; slides come from the cells tagged for them."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -152,3 +153,66 @@ def test_every_chapter_has_slides_and_exports_a_deck(tmp_path):
         c["metadata"]["slideshow"]["slide_type"] == "slide" for c in tagged) - 1
     assert "```{" not in html and "{cite}`" not in html  # no raw MyST on a slide
     assert "image/png" in html or "data:image/png" in html  # the figures' outputs
+
+
+_EXERCISE = re.compile(r"^(`{3,}|:{3,})\{exercise\}[ \t]*(?P<title>[^\n]*)\n(?P<body>.*?)^\1[ \t]*$", re.M | re.S)
+
+
+def _exercises(nb: dict) -> list[tuple[str, str]]:
+    """(title, text) of every {exercise} block of the notebook's Markdown cells, in order."""
+    return [(m.group("title").strip(), m.group("body").strip()) for c in nb["cells"] if c["cell_type"] == "markdown"
+            for m in _EXERCISE.finditer("".join(c["source"]))]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "book").glob("ch[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_student_edition_keeps_every_exercise_statement(path):
+    instructor = json.loads(path.read_text())
+    student, _ = course.student_edition(instructor)
+    expected = _exercises(instructor)
+    assert expected, f"{path.name} has no exercises"
+    assert _exercises(student) == expected
+
+
+def test_text_sharing_a_cell_with_a_solution_fence_is_kept():
+    nb = {"cells": [
+        {"cell_type": "markdown", "id": "a", "metadata": {},
+         "source": "```{exercise} A [1]\n:label: ex-a\nDo A.\n```\n\n````{solution-start} ex-a\n````\nSecret A"},
+        {"cell_type": "code", "id": "b", "metadata": {}, "outputs": [], "execution_count": None, "source": "x = 1"},
+        {"cell_type": "markdown", "id": "c", "metadata": {},
+         "source": "````{solution-end}\n````\n\n```{exercise} B [1]\n:label: ex-b\nDo B.\n```\n\n"
+                   "````{solution-start} ex-b\n````\nSecret B"},
+        {"cell_type": "markdown", "id": "d", "metadata": {}, "source": "````{solution-end}\n````\nafter"},
+    ]}
+    out, n = course.student_edition(nb)
+    assert n == 2
+    text = json.dumps(out)
+    assert "Secret" not in text and "x = 1" not in text
+    assert [title for title, _ in _exercises(out)] == ["A [1]", "B [1]"]
+    assert [c["id"] for c in out["cells"]] == ["a-before", "a-student", "a-stub", "c-after-before", "c-after-student",
+                                               "c-after-stub", "d-after"]
+
+
+def test_parse_chapters_refuses_a_backwards_range():
+    available = {1: Path("ch01.ipynb"), 2: Path("ch02.ipynb"), 3: Path("ch03.ipynb")}
+    with pytest.raises(ValueError, match="a range must run from the lower number to the higher"):
+        course.parse_chapters("3-1", available)
+    r = subprocess.run([sys.executable, "-m", "companion", "course", "--chapters", "3-1", "--out", "unused"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "3-1" in r.stderr
+
+
+def test_out_naming_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        course.main(["--chapters", "1", "--out", str(target)])
+    assert exit_info.value.code == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert target.read_text() == "mine"
+
+
+def test_course_readme_installs_from_the_repository(tmp_path):
+    assert course.main(["--chapters", "1", "--out", str(tmp_path / "c")]) == 0
+    readme = (tmp_path / "c" / "README.md").read_text()
+    assert "pip install companion`" not in readme and "pip install companion\n" not in readme
+    assert f"git+{course.REPOSITORY}" in readme
