@@ -8,8 +8,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
+# The CPU kernel path (tools/kernel_path.py): `pinned` is the AVX2 arithmetic the stored outputs come
+# from; `alternate` (no SIMD, MKL's compatible branch) rounds differently, and only the asserts count there.
+ON     := $(BIN)/python tools/kernel_path.py
+NBVAL  := --nbval-current-env -p no:cacheprovider book
 
-.PHONY: book test unit notebooks site-check install clean
+.PHONY: book test unit notebooks notebooks-alternate site-check install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,21 +44,27 @@ site-check:
 	$(BIN)/python tools/check_browser.py _build/html --screenshots _build/screenshots
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(ON) pinned -- $(BIN)/python -m pytest tests
 
 notebooks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
-		--nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider book
+	OMP_NUM_THREADS=1 $(ON) pinned -- $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval \
+		--nbval-sanitize-with book/sanitize.cfg $(NBVAL)
 
-# Unit tests in parallel (the gpu dry run of every chapter among them: tests/test_gpu_dry_run.py); then the
-# chapters under nbval, also in parallel, one chapter per worker (--dist loadfile keeps a notebook's cells
+# Every chapter again on the alternate kernel path, comparing no outputs but enforcing every assert: a
+# claim that holds only in the last bits of one machine's arithmetic fails here.
+notebooks-alternate: $(STAMP)
+	OMP_NUM_THREADS=1 $(ON) alternate -- $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval-lax $(NBVAL)
+
+# Unit tests in parallel (the gpu dry run of every chapter among them: tests/test_gpu_dry_run.py), on the
+# pinned kernel path; then the chapters under nbval on the pinned path (outputs compared), then on the
+# alternate path (asserts only), also in parallel, one chapter per worker (--dist loadfile keeps a notebook's cells
 # in one kernel): companion.profile() runs each chapter on one torch thread, and OMP_NUM_THREADS=1 keeps
 # NumPy and the kernels' other libraries from spawning a thread per core each (CONTRIBUTING.md, "Threads
 # and determinism"); then the strict book build.
 test: $(STAMP) _vendor/.complete
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-current-env \
-		--nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider book
+	$(ON) pinned -- $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
+	$(MAKE) --no-print-directory notebooks
+	$(MAKE) --no-print-directory notebooks-alternate
 	$(MAKE) --no-print-directory book
 
 clean:

@@ -4,7 +4,8 @@
   book's budget (120 s a chapter, 20 minutes for the whole book, on 2 CPU cores).
 - Fails the run if --nbval was given but some notebook under book/ was not collected, so a
   renamed or mis-pathed chapter cannot drop out of testing silently.
-- After a run that executed every chapter under nbval without a failure, writes each chapter's time
+- Prints the CPU model and torch's kernel capability at the start of every run (tools/kernel_path.py).
+- After a run on the pinned kernel path that executed every chapter under nbval without a failure, writes each chapter's time
   and the machine to ``book/chapter_times.json``, from which ``tools/backmatter.py`` makes the
   instructor guide's run-time table (generated, never typed).
 - Registers the ``dry_run`` marker (tests/test_gpu_dry_run.py: every chapter in the gpu profile's
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
 import pytest
+
+from tools.kernel_path import cpu_model, describe, environ
 
 CHAPTER_BUDGET_S = 120.0
 BOOK_BUDGET_S = 20 * 60.0
@@ -40,6 +42,12 @@ _failed: set[str] = set()
 TIMES_FILE = ROOT / "book" / "chapter_times.json"
 
 
+def pytest_report_header(config):
+    """The machine and the kernel path, first thing in every run: a float result is only comparable
+    with the machine and path it came from (tools/kernel_path.py)."""
+    return describe()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "dry_run: a chapter executed in the gpu profile's CPU dry run (tests/test_gpu_dry_run.py)"
@@ -57,7 +65,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_collection_finish(session):
-    if not session.config.getoption("nbval", default=False):
+    if not (session.config.getoption("nbval", default=False)
+            or session.config.getoption("nbval_lax", default=False)):
         return
     if getattr(session.config, "workerinput", None) is None and session.config.getoption("numprocesses", default=None):
         return  # the pytest-xdist controller collects nothing; each worker runs this check on its own collection
@@ -89,29 +98,22 @@ def pytest_terminal_summary(terminalreporter):
                       f"{BOOK_BUDGET_S / 60:.0f} min in all){flag}")
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def pytest_sessionfinish(session, exitstatus):
     """Record the chapters' nbval times when this run executed all of them and none failed."""
     if getattr(session.config, "workerinput", None) is not None:
         return  # an xdist worker: the controller has every report
     chapters = {p.name for p in (ROOT / "book").glob("ch[0-9][0-9]_*.ipynb")}
     timed = {Path(p).name: s for p, s in _durations.items() if p.endswith(".ipynb")}
+    pinned = all(os.environ.get(k) == v for k, v in environ("pinned").items())
+    if not session.config.getoption("nbval", default=False) or not pinned:
+        return  # only the run on the pinned path that compares outputs is the book's reference run
     if not chapters or set(timed) != chapters or _failed or exitstatus != 0:
         return
     import torch
 
     record = {
         "note": "written by conftest.py after a full nbval run; tools/backmatter.py reads it",
-        "date": date.today().isoformat(), "cpu": _cpu_name(), "cores": os.cpu_count(),
+        "date": date.today().isoformat(), "cpu": cpu_model(), "cores": os.cpu_count(),
         "workers": session.config.getoption("numprocesses", default=None) or 1, "torch": torch.__version__,
         "seconds": {name: round(timed[name], 1) for name in sorted(timed)},
     }

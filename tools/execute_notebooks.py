@@ -8,6 +8,10 @@ So that a commit of fresh outputs shows only real changes, the stored notebook i
 each cell's timing metadata (``metadata.execution``, written by nbclient) is dropped, and
 consecutive stream outputs of the same stream (stdout, stderr) are merged into one, as Jupyter
 shows them (nbclient stores one output per flush, which varies from run to run).
+
+The kernels run on the pinned CPU kernel path (AVX2 arithmetic, tools/kernel_path.py), whatever the
+machine's widest instruction set, and torch on one thread: the stored outputs are then the ones that
+`make test` reproduces everywhere.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from kernel_path import describe, environ
 
 
 def merge_streams(outputs: list) -> list:
@@ -65,6 +71,11 @@ def execute(path: Path) -> float:
 def main(args: list[str]) -> None:
     os.environ.setdefault("COMPANION_PROFILE", "quick")
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # The stored outputs come from the pinned kernel path, so that nbval reproduces them on any x86-64
+    # machine with AVX2 (tools/kernel_path.py); the kernels inherit the environment.
+    os.environ.update(environ("pinned"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(describe(), flush=True)
     paths = [Path(a) for a in args] or sorted(Path("book").glob("*.ipynb"))
     for p in paths:
         print(f"{execute(p):7.1f} s  {p}")
