@@ -16,9 +16,9 @@ from pathlib import Path
 
 _EXECUTE = """
 import sys, nbformat, nbclient
-src, out, cwd, timeout = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+src, out, cwd, timeout, allow = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
 nb = nbformat.read(src, as_version=4)
-client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow,
                                  resources={"metadata": {"path": cwd}})
 try:
     client.execute()
@@ -28,13 +28,15 @@ finally:
 
 
 def execute_notebook(src: Path, out: Path, env: dict, *, cell_timeout: int = 300, total_timeout: int = 420,
-                     attempts: int = 2) -> tuple[int | None, str]:
+                     attempts: int = 2, allow_errors: bool = False) -> tuple[int | None, str]:
     """Run ``src`` top to bottom with the kernel's working directory beside it; write the executed
-    notebook to ``out``. Returns (exit status or None after timeouts, stderr of the last attempt)."""
+    notebook to ``out``. Returns (exit status or None after timeouts, stderr of the last attempt).
+    With ``allow_errors`` a cell that raises does not stop the run: its error is stored in ``out``."""
     status, err = None, ""
     for _ in range(attempts):
         proc = subprocess.Popen(
-            [sys.executable, "-c", _EXECUTE, str(src), str(out), str(src.parent), str(cell_timeout)],
+            [sys.executable, "-c", _EXECUTE, str(src), str(out), str(src.parent), str(cell_timeout),
+             "1" if allow_errors else "0"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         try:

@@ -1,5 +1,6 @@
 """The gpu profile's code paths, run on the CPU: every chapter top to bottom under
-``COMPANION_PROFILE=gpu COMPANION_DRY_RUN=1`` (outputs are not compared; an error fails), and the
+``COMPANION_PROFILE=gpu COMPANION_DRY_RUN=1`` (outputs are not compared, nor are the chapter's asserts
+enforced: three training steps make no claim true; any other error fails), and the
 profile's own rules for the dry run (``companion.notebook.profile``).
 
 In a dry run a chapter takes the gpu branch of everything it decides with ``P.pick`` / ``P.is_gpu``
@@ -51,6 +52,27 @@ def clean_env(monkeypatch, restore_threads):
 # ----------------------------------------------------------------------------- every chapter
 
 
+def dry_run_crashes(nb) -> list[str]:
+    """Every error the executed notebook holds except a failed ``assert``: the dry run's three training
+    steps make no claim come true, so a chapter's asserts about outcomes are not enforced here (the quick
+    profile enforces them on two kernel paths), while any other exception is a broken gpu code path."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "error" and out.get("ename") != "AssertionError":
+                found.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}\n{cell.source[:300]}")
+    return found
+
+
+def test_the_dry_run_tolerates_a_failed_claim_and_reports_a_crash():
+    nb = nbformat.v4.new_notebook()
+    claim, crash = nbformat.v4.new_code_cell("assert loss < 1"), nbformat.v4.new_code_cell("model.fit()")
+    claim.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="", traceback=[])]
+    crash.outputs = [nbformat.v4.new_output("error", ename="AttributeError", evalue="no fit", traceback=[])]
+    nb.cells = [claim, crash]
+    assert dry_run_crashes(nb) == ["cell 1: AttributeError: no fit\nmodel.fit()"]
+
+
 @pytest.mark.dry_run
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
 def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path):
@@ -58,12 +80,16 @@ def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != THREADS_VAR}  # the dry run pins one thread itself
     env.update({ENV_VAR: "gpu", DRY_RUN_VAR: "1", "OMP_NUM_THREADS": "1", "COMPANION_PROGRESS": "0"})
     executed = tmp_path / nb_path.name
-    status, err = execute_notebook(nb_path, executed, env, cell_timeout=CELL_TIMEOUT_S)
+    status, err = execute_notebook(nb_path, executed, env, cell_timeout=CELL_TIMEOUT_S, allow_errors=True)
     if status != 0:
         err = re.sub(r"\x1b\[[0-9;]*m", "", err)  # the kernel's traceback comes coloured
         pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n{err[-4000:]}",
                     pytrace=False)
     nb = nbformat.read(executed, as_version=4)
+    crashes = dry_run_crashes(nb)
+    if crashes:
+        pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n" + "\n".join(crashes),
+                    pytrace=False)
     setup = "".join(
         out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
         if out.get("output_type") == "stream"
