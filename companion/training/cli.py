@@ -207,10 +207,14 @@ def build_run(args):
 
 def cmd_train(args) -> int:
     from companion.training.checkpoint import check_run_dir
+    from companion.training.resume import prepare_out_dir
     from companion.training.trainer import NonFiniteLoss, Trainer, check_device
 
+    if args.delete_old and not args.force:
+        raise ValueError("--delete-old only applies with --force (it deletes the run already in --out)")
     if args.out:
         check_run_dir(args.out)  # before the corpus is read and the model built
+        prepare_out_dir(args.out, resume=args.resume, force=args.force, delete_old=args.delete_old, act=False)
     if args.device is not None:
         check_device(args.device)
     if args.override and not args.resume:
@@ -222,6 +226,16 @@ def cmd_train(args) -> int:
         for change in trainer.resume_changes:
             if trainer.rank == 0:
                 print(f"resume: --override applies {change}", file=sys.stderr)
+    if args.out:  # every check has passed: only now is an old run (with --force) moved aside
+        moved = None
+        if trainer.rank == 0:
+            moved = prepare_out_dir(args.out, resume=args.resume, force=args.force, delete_old=args.delete_old)
+        if trainer.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # the other processes wait until the old run is out of the way
+        if moved:
+            print(f"train: {moved}", file=sys.stderr)
     try:
         history = trainer.fit()
     except NonFiniteLoss as e:
@@ -332,7 +346,12 @@ def add_subcommands(sub) -> None:
                    "(character-level; the last 10%% is the validation split)")
     t.add_argument("--profile", default="quick", choices=("quick", "cpu", "gpu"),
                    help="defaults for a short CPU run (quick, alias cpu) or a long run on one CUDA GPU (gpu)")
-    t.add_argument("--out", default=None, help="run directory for checkpoints (step-*/ and a 'latest' pointer); none if omitted")
+    t.add_argument("--out", default=None, help="run directory for checkpoints (step-*/ and a 'latest' pointer); none if "
+                   "omitted. A folder that holds another run is refused (continue it with --resume, or see --force)")
+    t.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds another run; "
+                   "the old run's files are kept, moved into OUT/previous-N/ (see --delete-old)")
+    t.add_argument("--delete-old", action="store_true", help="with --force: delete the run already in --out instead of "
+                   "keeping it in OUT/previous-N/")
     t.add_argument("--steps", type=int, default=None, help="optimizer steps (the budget; profile: quick 300, gpu 5000)")
     t.add_argument("--max-seconds", type=float, default=None, help="wall-clock guard: stop after the step that crosses it (0: none)")
     t.add_argument("--batch-size", type=int, default=None, help="sequences per micro-batch per process")

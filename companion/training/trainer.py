@@ -1,5 +1,10 @@
 """One training loop for every model in the book: decoder LMs, GPT and the 2017 encoder-decoder.
 
+The module is the loop; its parts live beside it, and every name below is importable from here too:
+``companion.training.config`` (``TrainConfig`` and the values it accepts), ``.history``
+(``History``), ``.distributed`` (process groups, devices, FSDP sharding) and ``.resume`` (the
+run-folder rules of ``train --out`` and ``Trainer.resume``).
+
 What this module provides
 - ``TrainConfig``: the budget (``steps``, optional ``max_seconds`` wall-clock guard), optimizer and
   schedule, gradient accumulation and clipping, evaluation and checkpoint cadence, precision, compile.
@@ -60,14 +65,10 @@ rank but 0.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-import tempfile
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -78,88 +79,21 @@ from companion.accounting import peak_flops, training_flops_per_token
 from companion.data.batching import IGNORE_INDEX, PairBatch
 from companion.models import unwrap
 from companion.training import checkpoint as ckpt
+from companion.training.config import (  # noqa: F401  (re-exported: the public names of this module)
+    HYPERPARAMETERS, OPTIMIZERS, PARALLEL, PRECISIONS, SCHEDULES, TrainConfig)
+from companion.training.config import progress_default as _progress_default
+from companion.training.distributed import check_device, setup_distributed, transformer_blocks
+from companion.training.distributed import full_options as _full_options
+from companion.training.distributed import shard as _shard
+from companion.training.history import History
 from companion.training.losses import default_loss
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
+from companion.training.resume import restore
 
 __all__ = [
     "TrainConfig", "Trainer", "History", "setup_distributed", "check_device", "NonFiniteLoss",
     "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "HYPERPARAMETERS", "transformer_blocks",
 ]
-
-SCHEDULES = ("constant", "cosine", "noam")
-OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
-PRECISIONS = ("auto", "fp32", "bf16")
-PARALLEL = ("ddp", "fsdp")  # how several torchrun processes share a run (one process: no wrapping at all)
-
-# --- configuration ---------------------------------------------------------------------------------
-
-
-@dataclass
-class TrainConfig:
-    """Everything about a run that is not the model or the data (defaults: a short CPU run)."""
-
-    steps: int = 200  # optimizer steps: the budget
-    max_seconds: float | None = None  # wall-clock guard: stop after the step that crosses it
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 3e-4
-    optimizer: str = "adamw"  # companion.training.optim: adamw | adam | adam_l2; or torch_adamw (torch's fused kernel)
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    decay_embeddings: bool = True
-    schedule: str = "cosine"  # constant | cosine (to lr_floor x lr at `steps`) | noam (lr is a multiplier)
-    warmup: int = 0
-    lr_floor: float = 0.1
-    grad_clip: float | None = 1.0
-    label_smoothing: float = 0.0
-    eval_every: int = 0  # 0: evaluate only at the end
-    eval_batches: int | None = 20  # cap on validation batches per evaluation (None: all)
-    log_every: int = 10
-    checkpoint_every: int = 0  # 0: only at the end (when out_dir is set)
-    keep_checkpoints: int = 2
-    out_dir: str | None = None
-    precision: str = "auto"  # auto | fp32 | bf16
-    compile: bool = False
-    parallel: str = "ddp"  # ddp | fsdp: how several torchrun processes share the work (module docstring)
-    device: str | None = None  # None: cuda (this process's LOCAL_RANK) if available, else cpu
-    seed: int = 0
-    progress: bool | None = None  # None: on, except under pytest / $COMPANION_PROGRESS=0
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        self.validate()
-
-    def validate(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(msg)
-
-        for name in ("steps", "grad_accum", "log_every", "keep_checkpoints"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an int >= 1; got {getattr(self, name)!r}")
-        for name in ("eval_every", "checkpoint_every", "warmup", "seed"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, f"{name} must be an int >= 0; got {getattr(self, name)!r}")
-        def real(x) -> bool:
-            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-        need(self.max_seconds is None or (isinstance(self.max_seconds, (int, float)) and self.max_seconds > 0),
-             f"max_seconds must be > 0 or None; got {self.max_seconds}")
-        need(real(self.lr) and self.lr > 0, f"lr must be > 0 and finite; got {self.lr}")
-        need(real(self.weight_decay) and self.weight_decay >= 0, f"weight_decay must be >= 0 and finite; got {self.weight_decay}")
-        need(len(self.betas) == 2 and all(real(b) and 0 <= b < 1 for b in self.betas),
-             f"betas must be two numbers in [0, 1); got {self.betas}")
-        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
-        need(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
-        need(self.schedule != "noam" or self.warmup >= 1, "warmup must be >= 1 with schedule='noam'")
-        need(self.schedule != "cosine" or self.warmup < self.steps, f"warmup must be < steps={self.steps} with schedule='cosine'; got {self.warmup}")
-        need(0 <= self.lr_floor <= 1, f"lr_floor must be in [0, 1]; got {self.lr_floor}")
-        need(self.grad_clip is None or (real(self.grad_clip) and self.grad_clip > 0),
-             f"grad_clip must be > 0 and finite, or None; got {self.grad_clip}")
-        need(real(self.label_smoothing) and 0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
-        need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
-        need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
-        need(self.parallel in PARALLEL, f"parallel must be one of {PARALLEL}; got {self.parallel!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _to(batch, device: torch.device):
@@ -184,163 +118,8 @@ def _context(batch) -> int:
     return batch.tgt_in.shape[1] if isinstance(batch, PairBatch) else batch[0].shape[1]
 
 
-# --- metrics history -------------------------------------------------------------------------------
-
-
-@dataclass
-class History:
-    """The metrics of a run: ``records`` is a list of dicts, one per logged step (and per evaluation).
-
-    Keys: ``step``, ``loss`` (training, mean per token over the step), ``lr``, ``tokens_per_s``,
-    ``mfu`` (CUDA only), ``elapsed_s``; evaluation records have ``val_loss``. ``stop_reason`` is
-    ``"steps"`` or ``"max_seconds"`` after ``fit``.
-    """
-
-    records: list[dict] = field(default_factory=list)
-    stop_reason: str | None = None
-
-    def log(self, **values) -> None:
-        self.records.append(values)
-
-    def series(self, key: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of every record that has ``key``."""
-        rows = [r for r in self.records if r.get(key) is not None]
-        return [r["step"] for r in rows], [r[key] for r in rows]
-
-    def last(self, key: str):
-        """The most recent value of ``key`` (None if never logged)."""
-        values = self.series(key)[1]
-        return values[-1] if values else None
-
-    def plot(self, ax=None, title: str | None = None):
-        """Training loss (line) and validation loss (dots) against the step; returns the matplotlib Axes."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots()
-        steps, loss = self.series("loss")
-        if steps:
-            ax.plot(steps, loss, label="train", lw=1.2)
-        steps, val = self.series("val_loss")
-        if steps:
-            ax.plot(steps, val, "o-", label="validation", ms=4)
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss (nats / token)")
-        ax.legend()
-        if title:
-            ax.set_title(title)
-        return ax
-
-    def to_dict(self) -> dict:
-        return {"records": self.records, "stop_reason": self.stop_reason}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> History:
-        return cls(records=[dict(r) for r in data["records"]], stop_reason=data.get("stop_reason"))
-
-    def __repr__(self) -> str:
-        return (f"History({len(self.records)} records, last loss={self.last('loss')}, "
-                f"last val_loss={self.last('val_loss')}, stop_reason={self.stop_reason})")
-
-
-# --- distributed -----------------------------------------------------------------------------------
-
-
-def setup_distributed() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank). Joins the process group torchrun describes (RANK, WORLD_SIZE,
-    LOCAL_RANK, MASTER_ADDR/PORT) if it is not joined yet: nccl when CUDA is present, else gloo.
-    Without torchrun and without an initialised group: (0, 1, 0)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank()))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, 0
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend=backend)
-    return dist.get_rank(), dist.get_world_size(), local_rank
-
-
-def check_device(name: str | torch.device) -> torch.device:
-    """``torch.device(name)`` when that device exists here; otherwise a one-line ValueError (an
-    unknown name, CUDA or MPS asked for where it is absent, a CUDA index beyond the devices present)."""
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or mps; got {name!r}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {str(name)!r} asked for, but CUDA is not available here (torch.cuda.is_available() "
-                             "is False); use cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {str(name)!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) are present")
-    elif device.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise ValueError(f"device {str(name)!r} asked for, but MPS is not available here; use cpu")
-    elif device.type != "cpu":
-        raise ValueError(f"device must be cpu, cuda, cuda:N or mps; got {str(name)!r}")
-    return device
-
-
-def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The items of every ``nn.ModuleList`` in ``model`` that hold parameters, outermost lists first and
-    without looking inside an item: the transformer blocks of the book's models (GPT's and Decoder's
-    layers, the encoder's and decoder's layers of the 2017 model), which FSDP shards one by one."""
-    out: list[nn.Module] = []
-
-    def walk(module: nn.Module) -> None:
-        for child in module.children():
-            if isinstance(child, nn.ModuleList):
-                out.extend(item for item in child if next(item.parameters(), None) is not None)
-            else:
-                walk(child)
-
-    walk(model)
-    return out
-
-
-def _shard(model: nn.Module, device: torch.device, world: int) -> None:
-    """FSDP2: ``fully_shard`` each transformer block, then the root (in place: the parameters become
-    DTensors holding 1/world of each tensor on this process)."""
-    try:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # pragma: no cover - torch < 2.6 or built without distributed
-        raise ValueError(f"parallel='fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); torch "
-                         f"{torch.__version__} lacks it: use parallel='ddp'") from None
-    mesh = init_device_mesh(device.type, (world,))
-    for block in transformer_blocks(model):
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-
-
-def _full_options():
-    """Gather full tensors, on the CPU, to process 0 only (the others receive empty dicts)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
 class NonFiniteLoss(FloatingPointError):
     """The training loss, or a weight about to be checkpointed, is NaN or infinite."""
-
-
-# Resume compares these TrainConfig fields with the checkpoint's (steps only under the cosine
-# schedule, whose total it is). The rest (budget, cadences, device, progress, out_dir) may change
-# freely; seed may too, because a resume restores the RNG and data states, which supersede it.
-HYPERPARAMETERS = ("lr", "optimizer", "weight_decay", "betas", "decay_embeddings", "schedule", "warmup", "lr_floor",
-                   "grad_clip", "label_smoothing", "grad_accum", "steps")
-_FIXED = ("optimizer", "decay_embeddings")  # they shape the optimizer state itself: never overridable
-
-
-def _progress_default() -> bool:
-    if os.environ.get("COMPANION_PROGRESS", "").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    return "PYTEST_CURRENT_TEST" not in os.environ
 
 
 # --- the trainer -----------------------------------------------------------------------------------
@@ -731,108 +510,7 @@ class Trainer:
         a checkpoint of a different model config (naming the fields), a corrupted file (naming it), a
         checkpoint trained with another tokenizer (compared by content: the same vocabulary size is
         not enough), and one whose ``HYPERPARAMETERS`` differ from this config's unless ``override``
-        is True; then the new values are applied and described in ``self.resume_changes``.
+        is True; then the new values are applied and described in ``self.resume_changes``
+        (``companion.training.resume.restore``).
         """
-        state = ckpt.load_state(path)
-        if state is None:
-            raise ValueError(f"checkpoint {path} holds weights only, no training state to resume from")
-        self._check_tokenizer(path)
-        changes = self._changed_hyperparameters(state.get("train_config"))
-        fixed = [line for key, line in changes if key in _FIXED]
-        if fixed:
-            raise ValueError(f"checkpoint {path} cannot be resumed with a different optimizer setup ({'; '.join(fixed)}): "
-                             "its optimizer state would not fit; start a new run instead")
-        if changes and not override:
-            raise ValueError(
-                f"resuming {path} would change hyper-parameters it was trained with: {'; '.join(line for _, line in changes)}. "
-                "Use the checkpoint's values, or pass override=True (train --override) to apply the new ones"
-            )
-        if state.get("world", 1) != self.world:
-            raise ValueError(f"checkpoint was written by {state.get('world', 1)} processes; resuming with "
-                             f"{self.world} would draw different batches (world size must match)")
-        saved_parallel = (state.get("train_config") or {}).get("parallel", "ddp")
-        if self.world > 1 and saved_parallel != self.config.parallel:
-            raise ValueError(f"checkpoint was written with parallel={saved_parallel!r}; resuming with "
-                             f"parallel={self.config.parallel!r} cannot read its optimizer state (parallel must match)")
-        if self._fsdp:  # every process reads the full tensors and keeps its own shards of them
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions, set_model_state_dict, set_optimizer_state_dict)
-
-            full = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, ckpt.read_weights(self.model, path), options=full)
-            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=full)
-        else:
-            ckpt.load_weights(self.model, path)
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        mine = state["per_rank"][self.rank] if "per_rank" in state else {"data": state["data"], "rng": state["rng"]}
-        rng = mine["rng"]
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        if self.data is not None and mine["data"] is not None:
-            self.data.load_state_dict(mine["data"])
-        self.step = int(state["step"])
-        self.tokens_seen = int(state.get("tokens_seen", 0))
-        self.history = History.from_dict(state["history"])
-        self.resume_changes = [line for _, line in changes]
-        if changes:
-            self._apply_hyperparameters()
-        return self
-
-    def _check_tokenizer(self, path) -> None:
-        """Refuse a checkpoint whose tokenizer differs from this run's (by content, not size)."""
-        step_dir = ckpt.resolve(path)
-        file = step_dir / "tokenizer.json"
-        saved = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
-        mine = None
-        if self.tokenizer is not None:
-            with tempfile.TemporaryDirectory() as tmp:
-                self.tokenizer.save(Path(tmp) / "tokenizer.json")
-                mine = json.loads((Path(tmp) / "tokenizer.json").read_text(encoding="utf-8"))
-        if saved == mine:
-            return
-        if saved is None or mine is None:
-            has, lacks = ("the checkpoint", "this run") if saved is not None else ("this run", "the checkpoint")
-            raise ValueError(f"checkpoint {path}: {has} has a tokenizer and {lacks} has none; resume needs the same tokenizer")
-        what = [k for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
-        raise ValueError(
-            f"checkpoint {path} was trained with a different tokenizer (tokenizer.json differs in {what}): its token "
-            "ids would mean other text. Resume on the corpus (and tokenizer) it was trained with"
-        )
-
-    def _changed_hyperparameters(self, saved: dict | None) -> list[tuple[str, str]]:
-        """(field, "field: checkpoint X, now Y") for every hyper-parameter that differs."""
-        if not saved:
-            return []  # a checkpoint written before configs were recorded
-        mine = self.config.to_dict()
-        out = []
-        for key in HYPERPARAMETERS:
-            if key == "steps" and not (mine["schedule"] == saved.get("schedule") == "cosine"):
-                continue  # the step budget only shapes the cosine schedule
-            old, new = saved.get(key), mine[key]
-            if isinstance(old, (list, tuple)):
-                old, new = list(old), list(new)
-            if old != new:
-                label = "steps (the cosine schedule's total)" if key == "steps" else key
-                out.append((key, f"{label}: checkpoint {old!r}, now {new!r}"))
-        return out
-
-    def _apply_hyperparameters(self) -> None:
-        """Put this config's lr, schedule (with its total steps), weight decay and betas into the
-        optimizer and scheduler just restored from a checkpoint (which carry the old ones)."""
-        c, sched = self.config, self.scheduler
-        schedules = [self._schedule() for _ in self.optimizer.param_groups]
-        sched.lr_lambdas = schedules
-        sched.base_lrs = [c.lr for _ in self.optimizer.param_groups]
-        decayed = c.optimizer != "adam"  # "adam" has no decay; the others: [decayed, exempt] (optim.param_groups)
-        for i, (group, factor) in enumerate(zip(self.optimizer.param_groups, schedules)):
-            group["initial_lr"] = c.lr
-            group["lr"] = c.lr * factor(sched.last_epoch)  # the lr of the next step under the new schedule
-            if "betas" in group:
-                group["betas"] = tuple(c.betas)
-            if decayed and i == 0:  # the exempt group (norms, biases) stays at 0
-                group["weight_decay"] = c.weight_decay
-        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        return restore(self, path, override)
