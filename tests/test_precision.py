@@ -1,0 +1,60 @@
+"""companion.precision: the arithmetic chosen from a device's compute capability, exercised on the CPU by
+passing the capabilities of the GPUs readers get (T4 7.5 on Colab's free tier, V100 7.0, A100 8.0, H100 9.0,
+and a pre-Volta P100 6.0)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from companion.precision import choose_precision, cuda_capability, triton_refusal
+
+T4, V100, P100, A100, H100 = (7, 5), (7, 0), (6, 0), (8, 0), (9, 0)
+
+
+@pytest.mark.parametrize("capability, name, dtype, scaler", [
+    (H100, "bf16", torch.bfloat16, False),
+    (A100, "bf16", torch.bfloat16, False),
+    (T4, "fp16", torch.float16, True),       # no bf16 tensor cores: fp16 needs loss scaling
+    (V100, "fp16", torch.float16, True),
+    (P100, "fp32", None, False),
+])
+def test_auto_follows_the_capability(capability, name, dtype, scaler):
+    p = choose_precision("cuda", capability)
+    assert (p.name, p.autocast_dtype, p.needs_scaler) == (name, dtype, scaler)
+
+
+def test_cpu_and_mps_train_in_float32_unless_bf16_is_asked_for():
+    for device in ("cpu", "mps"):
+        assert choose_precision(device).autocast_dtype is None
+    assert choose_precision("cpu", requested="bf16").autocast_dtype is torch.bfloat16
+
+
+def test_requests_the_device_cannot_honour_are_refused_with_the_device_named():
+    with pytest.raises(ValueError, match="bf16' needs compute capability 8.0.*has 7.5"):
+        choose_precision("cuda", T4, "bf16")
+    with pytest.raises(ValueError, match="fp16' needs a CUDA GPU.*cpu"):
+        choose_precision("cpu", requested="fp16")
+    with pytest.raises(ValueError, match="fp16' needs compute capability 7.0.*has 6.0"):
+        choose_precision("cuda", P100, "fp16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        choose_precision("cuda", A100, "fp8")
+    with pytest.raises(ValueError, match="capability is needed"):
+        choose_precision("cuda")
+
+
+def test_explicit_choices_that_fit_are_kept():
+    assert choose_precision("cuda", H100, "fp16").needs_scaler
+    assert choose_precision("cuda", T4, "fp32").autocast_dtype is None
+
+
+def test_triton_refuses_bf16_before_ampere_and_everything_before_volta():
+    assert triton_refusal(torch.bfloat16, A100) is None and triton_refusal(torch.float16, T4) is None
+    assert "8.0+ for bfloat16" in triton_refusal(torch.bfloat16, T4)
+    assert "7.0+" in triton_refusal(torch.float16, P100)
+
+
+def test_capability_is_none_off_cuda():
+    assert cuda_capability("cpu") is None
+    if not torch.cuda.is_available():
+        assert cuda_capability() is None
