@@ -10,9 +10,12 @@ the learner's function and the reference on the same inputs, and compares them. 
 shape, a masked entry that got weight, a NaN, the largest difference and where it is.
 
 What this package provides
-- ``check(name, fn, *, seed=None)``: run the checker registered as ``name``; returns a ``Report``.
+- ``check(name, fn, *, seed=None, time_limit=TIME_LIMIT)``: run the checker registered as ``name``;
+  returns a ``Report``. Each call of ``fn`` (one per case) has ``time_limit`` seconds (default 10;
+  None: no limit); a call that runs longer fails the check as ``TimeLimitExceeded``, naming the case.
 - ``checkers()``: the registered names, by chapter.
-- ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``).
+- ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``);
+  ``TimeLimitExceeded``, its subclass for an answer that did not return in time.
 - ``register(name)``: the decorator chapters' checker modules (``companion.exercises.ch01`` ...) use.
 - ``compare(case, got, expected, ...)``: the shared tensor comparison with a diagnosis; ``call(case, fn, ...)``
   runs the learner's function and turns its exception into a failure that names the case;
@@ -25,20 +28,76 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-__all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "Report",
-           "integer_answer", "diagnose_integer"]
+__all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "TimeLimitExceeded",
+           "Report", "integer_answer", "diagnose_integer", "TIME_LIMIT"]
 
 _REGISTRY: dict[str, Callable] = {}
+TIME_LIMIT = 10.0  # seconds per call of the learner's function (check's default)
 
 
 class ExerciseFailed(AssertionError):
     """A learner's answer disagreed with the reference; the message says where and how."""
+
+
+class TimeLimitExceeded(ExerciseFailed):
+    """A call of the learner's function did not return within the check's ``time_limit``."""
+
+
+class _OutOfTime(BaseException):
+    """Raised inside the learner's function by the alarm (a BaseException: ``except Exception`` in
+    the learner's code does not swallow it)."""
+
+
+class _Limited:
+    """The learner's function with a time limit on every call: SIGALRM interrupts it in the main
+    thread; elsewhere (no signals there) it runs in a daemon thread that is abandoned when late."""
+
+    def __init__(self, fn: Callable, seconds: float):
+        self.fn, self.seconds = fn, seconds
+        self.__name__ = getattr(fn, "__name__", "fn")
+
+    def _late(self) -> TimeLimitExceeded:
+        return TimeLimitExceeded(f"your function did not return within {self.seconds:g} s (an endless loop? "
+                                 "check(..., time_limit=...) allows more)")
+
+    def __call__(self, *args, **kwargs):
+        if hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread():
+            def alarm(signum, frame):
+                raise _OutOfTime
+
+            previous = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            try:
+                return self.fn(*args, **kwargs)
+            except _OutOfTime:
+                raise self._late() from None
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        result: dict = {}
+
+        def run():
+            try:
+                result["value"] = self.fn(*args, **kwargs)
+            except BaseException as e:  # handed back to the caller's thread
+                result["error"] = e
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(self.seconds)
+        if worker.is_alive():
+            raise self._late()
+        if "error" in result:
+            raise result["error"]
+        return result.get("value")
 
 
 @dataclass
@@ -79,12 +138,15 @@ def checkers() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def check(name: str, fn: Callable, *, seed: int | None = None, quiet: bool = False) -> Report:
+def check(name: str, fn: Callable, *, seed: int | None = None, quiet: bool = False,
+          time_limit: float | None = TIME_LIMIT) -> Report:
     """Check the learner's ``fn`` for exercise ``name`` on fresh random inputs.
 
     ``seed`` fixes the inputs (None: a new draw each call, so an answer cannot be tuned to one input).
+    ``time_limit``: seconds each call of ``fn`` may take (None: no limit); a call that takes longer
+    fails the check (``TimeLimitExceeded``, naming the case) instead of waiting forever.
     Prints the report unless ``quiet``; raises ``ExerciseFailed`` with a diagnosis on the first failing
-    case, and ``ValueError`` for an unknown name or a non-callable ``fn``.
+    case, and ``ValueError`` for an unknown name, a non-callable ``fn`` or a bad ``time_limit``.
     """
     _load_all()
     if name not in _REGISTRY:
@@ -92,6 +154,10 @@ def check(name: str, fn: Callable, *, seed: int | None = None, quiet: bool = Fal
         raise ValueError(f"name must be a registered exercise; got {name!r}. Known: {close or sorted(_REGISTRY)}")
     if not callable(fn):
         raise ValueError(f"fn must be a function (your answer); got {type(fn).__name__}")
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < float("inf"):
+            raise ValueError(f"time_limit must be a number of seconds > 0, or None for no limit; got {time_limit!r}")
+        fn = _Limited(fn, float(time_limit))
     gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item()))
     report = Report(name)
     _REGISTRY[name](fn, gen, report)
@@ -178,6 +244,8 @@ def call(case: str, fn: Callable, *args, **kwargs):
     """Call the learner's function; an exception becomes an ``ExerciseFailed`` that names the case."""
     try:
         return fn(*args, **kwargs)
+    except TimeLimitExceeded as late:
+        raise TimeLimitExceeded(f"{case}: {late}") from None
     except ExerciseFailed:
         raise
     except Exception as e:  # the learner's bug, reported with the inputs that triggered it
