@@ -135,4 +135,4 @@ def test_layout_problems_from_a_browser_measurement():
     assert len(problems) == 4
     assert problems[0].startswith("the page scrolls sideways (1400 px in a 1280 px window")
     assert "fits 77 characters" in problems[1] and "eq-b is wider than its box" in problems[2]
-    assert problems[3] == "equation eq-b: its number overlaps the equation"
+    assert problems[3] == "an unnumbered equation #eq-b: its number covers the equation"

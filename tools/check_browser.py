@@ -42,6 +42,8 @@ from pathlib import Path
 WIDTHS = (1280, 400)
 HEIGHT = 900
 MAX_SHOT_PX = 60_000  # a full-page screenshot taller than this is cut
+PROFILE_PREFIX = "check-browser-"  # the profile folder of every Chromium a check starts
+MARK = "CHECK_BROWSER_PROFILE"  # in the environment of Chromium and of every process it starts
 
 CHROME_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -151,24 +153,43 @@ def repository_url(config: Path) -> str:
 
 
 class Browser:
-    """One headless Chromium and one tab, driven over the DevTools protocol."""
+    """One headless Chromium and one tab, driven over the DevTools protocol.
+
+    Chromium runs in a process group of its own (the Debian ``chromium-headless-shell`` is a shell
+    script that starts the real browser as its child, which starts renderers in turn), so that
+    ``close`` ends all of them, whatever path led there: a failed start, a timeout, an exception, a
+    KeyboardInterrupt. Use it as a context manager, or call ``close`` in a ``finally``; ``close``
+    may be called more than once. The profile folder (``check-browser-*`` in the temporary
+    directory) goes with it."""
 
     def __init__(self, chrome: str) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.ws = None
+        self.profile = tempfile.mkdtemp(prefix=PROFILE_PREFIX)
+        try:
+            self._start(chrome)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, chrome: str) -> None:
+        import urllib.request
+
         import websocket  # websocket-client, the `book` extra
 
-        self.profile = tempfile.mkdtemp(prefix="check-browser-")
         self.proc = subprocess.Popen([chrome, *CHROME_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                     env={**os.environ, MARK: self.profile})  # inherited by every helper
         port_file = Path(self.profile) / "DevToolsActivePort"
-        for _ in range(300):
+        for _ in range(600):
             if port_file.exists() and port_file.read_text().count("\n") >= 1:
                 break
             if self.proc.poll() is not None:
                 raise RuntimeError(f"Chromium exited: {self.proc.stderr.read().decode()[-500:]}")
             time.sleep(0.05)
+        else:
+            raise TimeoutError("Chromium did not open its DevTools port within 30 s")
         port = port_file.read_text().split("\n")[0]
-        import urllib.request
-
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
         page = next(t for t in targets if t["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
@@ -179,6 +200,12 @@ class Browser:
             self.call(f"{domain}.enable")
         # Refuse every request that would leave the machine, and remember it.
         self.call("Fetch.enable", patterns=[{"urlPattern": "http://*"}, {"urlPattern": "https://*"}])
+
+    def __enter__(self) -> "Browser":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def call(self, method: str, **params) -> dict:
         self.next_id += 1
@@ -226,15 +253,85 @@ class Browser:
         raise TimeoutError(f"no {method} within {timeout} s")
 
     def close(self) -> None:
+        """End Chromium and every process it started, and remove the profile folder. Idempotent."""
+        ws, self.ws = getattr(self, "ws", None), None
+        proc, self.proc = getattr(self, "proc", None), None
         try:
-            self.ws.close()
+            if ws is not None:
+                try:
+                    ws.close(timeout=2)
+                except Exception:  # a socket already gone: the processes are ended below all the same
+                    pass
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            shutil.rmtree(self.profile, ignore_errors=True)
+            if proc is not None:
+                end_process_group(proc)
+            profile = getattr(self, "profile", None)
+            if profile:
+                for _ in range(20):  # a dying Chromium may still write a file or two
+                    shutil.rmtree(profile, ignore_errors=True)
+                    if not os.path.exists(profile):
+                        break
+                    time.sleep(0.05)
+
+
+def end_process_group(proc: subprocess.Popen, grace: float = 5) -> None:
+    """SIGTERM to the process group ``proc`` leads (started with ``start_new_session``), SIGKILL to
+    whatever is left after ``grace`` seconds, and reap ``proc``."""
+    import signal
+
+    def signal_group(sig: int) -> bool:
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group_alive(proc.pid):
+            break
+        time.sleep(0.05)
+    signal_group(signal.SIGKILL)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        pass
+    if proc.stderr:
+        proc.stderr.close()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def leftovers() -> dict[str, list[str]]:
+    """Browsers and profile folders on this machine, to compare before and after a check
+    (tests/test_site_browser.py): every live process that carries the ``CHECK_BROWSER_PROFILE`` mark
+    in its environment (the launcher and Chromium) or runs a Chromium binary (its helpers: zygotes,
+    renderers, the GPU and network processes, which Chromium starts with a clean environment), and
+    every ``check-browser-*`` folder in the temporary directory."""
+    procs = []
+    proc_root = Path("/proc")
+    for entry in proc_root.iterdir() if proc_root.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            exe = os.path.basename(os.readlink(entry / "exe"))
+        except OSError:
+            continue
+        chromium = "chrom" in exe or "headless_shell" in exe
+        if (MARK.encode() + b"=" in environ or chromium) and state != "Z":
+            procs.append(f"{entry.name} {cmd[:120]}")
+    folders = sorted(str(p) for p in Path(tempfile.gettempdir()).glob(PROFILE_PREFIX + "*"))
+    return {"processes": sorted(procs), "profiles": folders}
 
 
 def console_errors(events: list[dict]) -> list[str]:
@@ -286,6 +383,48 @@ def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: 
         shots.mkdir(parents=True, exist_ok=True)
         (shots / f"{name}-{width}.png").write_bytes(base64.b64decode(png))
     return report
+
+
+def inspect_with_retry(browser: Browser, chrome: str, page: Path, width: int, shots: Path | None,
+                       site: Path) -> tuple[dict | None, Browser]:
+    """``inspect``; a renderer that stops answering (a loaded machine) gets one more try in a fresh
+    Chromium. Returns the report (None when the second try failed too, said on stdout) and the
+    browser to go on with; every browser given up is closed here."""
+    name = page.relative_to(site)
+    for attempt in (1, 2):
+        try:
+            return inspect(browser, page, width, shots, site), browser
+        except (TimeoutError, OSError) as e:
+            browser.close()
+            browser = Browser(chrome)
+            if attempt == 1:
+                print(f"check_browser: {name} @ {width} px: no answer ({e!r}); "
+                      "restarting Chromium and trying the page once more", flush=True)
+            else:
+                print(f"check_browser: {name} @ {width} px: no answer again ({e!r}): a problem", flush=True)
+    return None, browser
+
+
+class ended_on_sigterm:
+    """Within it, SIGTERM (``timeout``, ``kill``, a CI runner giving up) raises SystemExit, so that the
+    ``finally`` blocks that close the browsers run; outside the main thread it does nothing."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            def stop(signum, frame):
+                raise SystemExit(128 + signum)
+            self.previous = signal.signal(signal.SIGTERM, stop)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> list[str]:
@@ -360,35 +499,32 @@ def main(argv: list[str] | None = None) -> int:
     repo = repository_url(args.config)
     shots = None if args.no_screenshots else args.screenshots
     failed = 0
-    browser = Browser(chrome)
-    try:
-        for page in pages:
-            redirect = re.search(r'http-equiv="refresh"[^>]*url=([^"\'>]+)', page.read_text(errors="replace"), re.I)
-            if redirect:  # a bare redirect (index.html): its target must exist; nothing to render
-                target = (page.parent / redirect.group(1)).resolve()
-                ok = target.exists()
-                failed += not ok
-                print(f"check_browser: {page.relative_to(args.site)} redirects to {redirect.group(1)}: "
-                      f"{'ok' if ok else 'the target is missing'}")
-                continue
-            for width in args.widths:
-                start = time.perf_counter()
-                try:
-                    report = inspect(browser, page, width, shots, args.site)
-                except (TimeoutError, OSError) as e:  # a renderer that stopped answering (a loaded machine)
-                    print(f"check_browser: {page.relative_to(args.site)} @ {width} px: no answer ({e!r}); "
-                          "restarting Chromium and trying the page once more", flush=True)
-                    browser.close()
-                    browser = Browser(chrome)
-                    report = inspect(browser, page, width, shots, args.site)
-                problems = problems_of(report, page, args.site, width, repo)
-                failed += bool(problems)
-                w = report["widgets"]
-                print(f"check_browser: {page.relative_to(args.site)} @ {width} px: mathjax {report['mathjax']}, "
-                      f"{w['drawn']}/{w['views']} widgets, {len(report['solutions'])} solutions, "
-                      f"{time.perf_counter() - start:.1f} s: {'; '.join(problems) or 'ok'}", flush=True)
-    finally:
-        browser.close()
+    with ended_on_sigterm():
+        browser = Browser(chrome)
+        try:
+            for page in pages:
+                redirect = re.search(r'http-equiv="refresh"[^>]*url=([^"\'>]+)', page.read_text(errors="replace"), re.I)
+                if redirect:  # a bare redirect (index.html): its target must exist; nothing to render
+                    target = (page.parent / redirect.group(1)).resolve()
+                    ok = target.exists()
+                    failed += not ok
+                    print(f"check_browser: {page.relative_to(args.site)} redirects to {redirect.group(1)}: "
+                          f"{'ok' if ok else 'the target is missing'}")
+                    continue
+                for width in args.widths:
+                    start = time.perf_counter()
+                    report, browser = inspect_with_retry(browser, chrome, page, width, shots, args.site)
+                    if report is None:
+                        failed += 1
+                        continue
+                    problems = problems_of(report, page, args.site, width, repo)
+                    failed += bool(problems)
+                    w = report["widgets"]
+                    print(f"check_browser: {page.relative_to(args.site)} @ {width} px: mathjax {report['mathjax']}, "
+                          f"{w['drawn']}/{w['views']} widgets, {len(report['solutions'])} solutions, "
+                          f"{time.perf_counter() - start:.1f} s: {'; '.join(problems) or 'ok'}", flush=True)
+        finally:
+            browser.close()
     print(f"check_browser: {len(pages)} pages x {len(args.widths)} widths, {failed} with problems"
           + (f"; screenshots in {shots}" if shots else ""))
     return 1 if failed else 0
