@@ -176,7 +176,10 @@ def _gpt_from_hf_config(h, backend: str) -> GPTConfig:
 
 _GEMMA = ("gemma2", "gemma3_text")
 _QWEN3 = ("qwen3", "qwen3_moe")
-_LAYER_TYPED = ("qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss")  # a sliding/full list per layer
+# Classes that read a sliding/full list per layer (layer_types). Qwen3-MoE has the field in neither its config
+# nor its attention (transformers 5.24 modeling_qwen3_moe: one sliding_window for every layer), like Mistral.
+_LAYER_TYPED = ("qwen2", "qwen3", "gemma2", "gemma3_text", "gpt_oss")
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 _MOE_ARCHS = ("mixtral", "qwen3_moe", "gpt_oss")
 _FAMILY = {
     "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "qwen2": "Qwen2", "qwen3": "Qwen3",
@@ -205,6 +208,10 @@ def _decoder_arch(c: DecoderConfig) -> str:
 def _rope_dict(c: DecoderConfig, scaling: str | None, theta: float, problems: list[str]) -> dict:
     """One transformers ``rope_parameters`` dict for a RoPE of base theta scaled by ``scaling``."""
     rope = {"rope_type": "default", "rope_theta": float(theta)}
+    if scaling is not None and (c.rope_mscale or c.rope_mscale_all_dim):
+        # DeepSeek's temperature (yarn) and its MLA softmax correction m(mscale_all_dim)^2, which
+        # DeepseekV3Attention applies for every rope_type other than "default" (yarn_apply_mscale)
+        rope.update(mscale=float(c.rope_mscale), mscale_all_dim=float(c.rope_mscale_all_dim))
     if scaling == "pi":
         rope.update(rope_type="linear", factor=float(c.rope_factor))
     elif scaling == "llama3":
@@ -219,8 +226,6 @@ def _rope_dict(c: DecoderConfig, scaling: str | None, theta: float, problems: li
         )
         if c.rope_attention_factor is not None:
             rope["attention_factor"] = float(c.rope_attention_factor)
-        if c.rope_mscale or c.rope_mscale_all_dim:  # DeepSeek's form of the temperature
-            rope.update(mscale=float(c.rope_mscale), mscale_all_dim=float(c.rope_mscale_all_dim))
     elif scaling is not None:
         problems.append(
             f"rope_scaling={scaling!r} (transformers computes 'linear' = 'pi', 'llama3' and 'yarn' = 'yarn_hf'; the book's "
@@ -238,6 +243,9 @@ def _rope_parameters(c: DecoderConfig, arch: str, problems: list[str]) -> dict:
 
     kinds = {kind(i) for i in range(c.n_layers)}
     if arch == "gemma3_text":
+        if not c.rope_truncate and any(kind(i)[1] == "yarn_hf" for i in range(c.n_layers)):
+            problems.append("rope_truncate=False (Gemma 3 reads YaRN's truncate from the top of rope_parameters, a dict "
+                            "per layer type, so a nested truncate=False is never applied)")
         local = kind(next((i for i in range(c.n_layers) if not c.is_global(i)), 0))
         glob = kind(next((i for i in range(c.n_layers) if c.is_global(i)), 0))
         return {"sliding_attention": _rope_dict(c, local[1], local[0], problems), "full_attention": _rope_dict(c, glob[1], glob[0], problems)}
@@ -290,6 +298,9 @@ def _common_decoder_checks(c: DecoderConfig, arch: str) -> list[str]:
             for f in ("attn_softcap", "final_softcap"):
                 if getattr(c, f) is not None:
                     p.append(f"{f}={getattr(c, f)} (soft-capping exists in Gemma 2 / 3 only)")
+        elif arch == "gemma3_text" and c.attn_softcap is not None:
+            p.append(f"attn_softcap={c.attn_softcap} (Gemma 3's attention reads attn_logit_softcapping but never applies it; "
+                     "Gemma 2 soft-caps its scores)")
         out_bias = c.attn_bias if c.attn_out_bias is None else c.attn_out_bias
         if arch == "qwen2":
             if not (c.attn_bias and not out_bias):
@@ -348,6 +359,10 @@ def _decoder_to_hf_config(c: DecoderConfig, arch: str):
     windows = set(c.layer_windows())
     if arch in _LAYER_TYPED:
         window = c.window if windows != {None} else None
+        if window is None and arch in _GEMMA + ("gpt_oss",):
+            # these classes build a sliding mask whatever the layer types say and raise without a window;
+            # no layer reads it when every layer is full attention
+            window = c.max_seq_len
     else:
         if len(windows) > 1:
             p.append(f"window={c.window} with global_every={c.global_every}: interleaved local/global layers (the {_FAMILY[arch]} class has one window for all layers)")
@@ -374,7 +389,7 @@ def _decoder_to_hf_config(c: DecoderConfig, arch: str):
             num_experts_per_tok=c.top_k, router_aux_loss_coef=c.aux_loss_coef, router_jitter_noise=0.0, output_router_logits=False,
         )
     else:
-        extra = dict(layer_types=_layer_types(c), sliding_window=window)
+        extra = dict(layer_types=_layer_types(c), sliding_window=window) if arch in _LAYER_TYPED else dict(sliding_window=window)
         if arch in ("qwen2",) + _QWEN3:
             extra.update(hidden_act="silu", intermediate_size=c.ffn_hidden, use_sliding_window=window is not None)
             if arch in _QWEN3:
@@ -389,7 +404,7 @@ def _decoder_to_hf_config(c: DecoderConfig, arch: str):
             extra.update(
                 hidden_activation=_GEGLU_ACT, intermediate_size=c.ffn_hidden, attention_bias=c.attn_bias,
                 query_pre_attn_scalar=int(c.query_pre_attn_scalar or c.attn_head_dim),
-                attn_logit_softcapping=c.attn_softcap, final_logit_softcapping=c.final_softcap,
+                attn_logit_softcapping=c.attn_softcap if arch == "gemma2" else None, final_logit_softcapping=c.final_softcap,
             )
             if arch == "gemma3_text":
                 extra.update(use_bidirectional_attention=False)
@@ -443,17 +458,20 @@ def _hf_rope_fields(rp: dict, problems: list[str]) -> tuple[float, dict]:
     base = float(rp.get("rope_theta", 10000.0))
     if kind == "default":
         return base, {}
+    mscales = dict(rope_mscale=float(rp.get("mscale") or 0.0), rope_mscale_all_dim=float(rp.get("mscale_all_dim") or 0.0))
+    if kind in ("linear", "llama3", "yarn") and rp.get("factor") is None:
+        problems.append(f"rope_parameters factor={rp.get('factor')!r} (rope_type={kind!r} needs its factor)")
+        return base, {}
     if kind == "linear":
-        return base, dict(rope_scaling="pi", rope_factor=float(rp["factor"]))
+        return base, dict(rope_scaling="pi", rope_factor=float(rp["factor"]), **mscales)
     if kind == "llama3":
         return base, dict(
-            rope_scaling="llama3", rope_factor=float(rp["factor"]), rope_low_freq_factor=float(rp["low_freq_factor"]),
+            **mscales, rope_scaling="llama3", rope_factor=float(rp["factor"]), rope_low_freq_factor=float(rp["low_freq_factor"]),
             rope_high_freq_factor=float(rp["high_freq_factor"]), rope_original_max_len=int(rp["original_max_position_embeddings"]),
         )
     if kind == "yarn":
         return base, dict(
-            rope_mscale=float(rp.get("mscale") or 0.0), rope_mscale_all_dim=float(rp.get("mscale_all_dim") or 0.0),
-            rope_scaling="yarn_hf", rope_factor=float(rp["factor"]), rope_beta_fast=float(rp.get("beta_fast") or 32.0),
+            **mscales, rope_scaling="yarn_hf", rope_factor=float(rp["factor"]), rope_beta_fast=float(rp.get("beta_fast") or 32.0),
             rope_beta_slow=float(rp.get("beta_slow") or 1.0), rope_truncate=bool(rp.get("truncate", True)),
             rope_original_max_len=int(rp["original_max_position_embeddings"]), rope_attention_factor=rp.get("attention_factor"),
         )
@@ -469,8 +487,10 @@ def _hf_rope(h, arch: str, layer_global: list[bool], problems: list[str]) -> dic
     if arch != "gemma3_text":
         base, fields = _hf_rope_fields(rp, problems)
         return dict(rope_base=base, **fields)
-    local_base, local = _hf_rope_fields(dict(rp["sliding_attention"]), problems)
-    glob_base, glob = _hf_rope_fields(dict(rp["full_attention"]), problems)
+    # transformers 5.24 _compute_yarn_parameters reads truncate from config.rope_parameters itself, which for
+    # Gemma 3 is the dict of layer types: a nested truncate=False is never seen, the ramp is always truncated
+    local_base, local = _hf_rope_fields(dict(rp["sliding_attention"], truncate=True), problems)
+    glob_base, glob = _hf_rope_fields(dict(rp["full_attention"], truncate=True), problems)
     out = dict(rope_base=local_base, rope_base_global=glob_base if glob_base != local_base else None)
     has_local, has_global = not all(layer_global), any(layer_global)
     if local and has_local:
@@ -488,7 +508,10 @@ def _hf_windows(h, arch: str, problems: list[str]) -> tuple[dict, list[bool]]:
     window = getattr(h, "sliding_window", None)
     if arch in ("qwen2",) + _QWEN3 and not getattr(h, "use_sliding_window", False):
         window = None
-    types = list(getattr(h, "layer_types", None) or [])
+    types = list(getattr(h, "layer_types", None) or []) if arch in _LAYER_TYPED else []
+    unknown = sorted({t for t in types if t not in _LAYER_TYPES})
+    if unknown:
+        problems.append(f"layer_types={types}: {unknown} (companion layers are {' or '.join(_LAYER_TYPES)})")
     sliding = [t == "sliding_attention" for t in types] if types else [True] * L
     if window is None or not any(sliding):
         return dict(window=None, global_every=None), [True] * L
@@ -534,7 +557,8 @@ def _decoder_from_hf_config(h, arch: str, backend: str) -> DecoderConfig:
         s = getattr(h, "query_pre_attn_scalar", None)
         attn.update(
             query_pre_attn_scalar=s,
-            attn_softcap=h.attn_logit_softcapping, final_softcap=h.final_logit_softcapping,
+            # transformers 5.24 Gemma3Attention keeps attn_logit_softcapping but never passes it on: not applied
+            attn_softcap=h.attn_logit_softcapping if arch == "gemma2" else None, final_softcap=h.final_logit_softcapping,
         )
     if arch == "gpt_oss":
         if (h.swiglu_alpha, h.swiglu_limit) != (1.702, 7.0):

@@ -164,7 +164,7 @@ def rope_inverse_frequencies(
              L the original context: lambda_i < L / high_freq_factor -> theta_i untouched;
              lambda_i > L / low_freq_factor -> theta_i / s; in between the blend
              (1 - m) theta_i / s + m theta_i, m = (L / lambda_i - low) / (high - low). No temperature.
-    Returns (inv_freq (d_h/2,), mscale).
+    Returns (inv_freq (d_h/2,), temperature), the temperature being the factor on cos and sin.
     """
     if head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be even for RoPE (channels rotate in pairs); got {head_dim}")
@@ -178,14 +178,14 @@ def rope_inverse_frequencies(
     if scaling == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
     inv_freq = base ** (-exponents)
-    mscale = 1.0
+    temperature = 1.0  # not ``mscale``: that argument is DeepSeek's numerator, read below
     if scaling == "pi":
         inv_freq = inv_freq / factor
     elif scaling == "yarn":
         turns = original_max_len * inv_freq / (2 * math.pi)  # r_i = L / lambda_i
         keep = ((turns - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)  # gamma(r): 1 keeps theta_i
         inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
-        mscale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        temperature = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
     elif scaling == "yarn_hf":
         def index_of(turns: float) -> float:  # the channel index i at which r_i = turns
             return head_dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
@@ -208,7 +208,6 @@ def rope_inverse_frequencies(
             temperature = m(mscale) / m(mscale_all_dim)
         else:
             temperature = m(1.0)
-        mscale = temperature
     elif scaling == "llama3":
         if not 0 < low_freq_factor < high_freq_factor:
             raise ValueError(f"llama3 RoPE needs 0 < low_freq_factor < high_freq_factor; got {low_freq_factor}, {high_freq_factor}")
@@ -217,7 +216,7 @@ def rope_inverse_frequencies(
         mix = ((original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0.0, 1.0)
         blended = (1 - mix) * inv_freq / factor + mix * inv_freq
         inv_freq = torch.where(wavelength < short_wave, inv_freq, torch.where(wavelength > long_wave, inv_freq / factor, blended))
-    return inv_freq.to(torch.float32), mscale
+    return inv_freq.to(torch.float32), temperature
 
 
 def rope_turns(inv_freq: Tensor, length: int) -> Tensor:

@@ -13,37 +13,10 @@ transformers = pytest.importorskip("transformers")
 from companion.hf import from_hf, hf_config, to_hf  # noqa: E402
 from companion.models import GPT, Decoder, DecoderConfig, from_preset, gpt_from_preset  # noqa: E402
 from companion.models.gpt import GPTConfig  # noqa: E402
+from hf_support import assert_same_logits, randomise, tokens  # noqa: E402
 
 
-def _randomise(model, seed, std=0.2):
-    """Weights far from the init (std 0.02 makes every logit ~0 and hides mistakes); norms around 1.
-    Routing biases of bias-balanced MoE layers random too, so that a missed bias changes the expert
-    choice (elsewhere the bias is unused state and stays 0). Gemma-style gains 1 + w get w near 0."""
-    g = torch.Generator().manual_seed(seed)
-    config = getattr(model, "config", None)
-    offset = bool(getattr(config, "norm_offset", False)) or getattr(config, "model_type", "").startswith("gemma")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g) * std
-            is_gain = "norm" in name and name.endswith("weight")
-            p.copy_(noise / 2 if is_gain and offset else (1.0 + noise / 2 if is_gain else noise))
-        for m in model.modules():
-            if getattr(m, "bias_balancing", False):
-                m.balance_bias.copy_(torch.randn(m.balance_bias.shape, generator=g) * 0.5)
-            elif hasattr(m, "e_score_correction_bias"):  # transformers' DeepSeek-V3 router
-                m.e_score_correction_bias.copy_(torch.randn(m.e_score_correction_bias.shape, generator=g) * 0.5)
-    return model.eval()
-
-
-def _tokens(vocab, T, seed, B=2):
-    return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def _assert_same_logits(model, hf_model, idx):
-    with torch.no_grad():
-        ours, theirs = model(idx), hf_model(idx).logits
-    assert ours.abs().max() > 0.5  # a test with logits ~0 would pass for wrong weights
-    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)  # float32, logits of size ~1
+_randomise, _tokens, _assert_same_logits = randomise, tokens, assert_same_logits
 
 
 def _assert_state_equal(a, b, skip=("last_load",)):

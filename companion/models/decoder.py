@@ -80,7 +80,7 @@ class DecoderConfig:
     rope_truncate: bool = True  # "yarn_hf": round the ramp's channel bounds (gpt-oss: False)
     rope_attention_factor: float | None = None  # "yarn_hf": temperature override (None: 0.1 ln s + 1)
     rope_mscale: float = 0.0  # "yarn_hf", DeepSeek's form: temperature m(mscale) / m(mscale_all_dim) ...
-    rope_mscale_all_dim: float = 0.0  # ... and MLA's softmax scale times m(mscale_all_dim)^2, m(k) = 0.1 k ln s + 1
+    rope_mscale_all_dim: float = 0.0  # ... and MLA's softmax scale times m(mscale_all_dim)^2 (any scaling), m(k) = 0.1 k ln s + 1
     rope_low_freq_factor: float = 1.0  # "llama3": wavelengths above L / low are interpolated ...
     rope_high_freq_factor: float = 4.0  # ... below L / high kept, in between blended
     # feed-forward
@@ -96,6 +96,7 @@ class DecoderConfig:
     final_softcap: float | None = None  # c tanh(logit / c) on the output logits (Gemma 2)
     window: int | None = None  # sliding window of w tokens on local layers
     global_every: int | None = None  # every k-th layer (k-1, 2k-1, ...) is global; None: all windowed
+    layer_pattern: tuple[int | None, ...] | None = None  # per layer: its window, None = global (replaces window / global_every)
     keep: int = 0  # StreamingLLM kept initial tokens on windowed layers
     sinks: bool = False
     backend: str = "auto"
@@ -113,6 +114,7 @@ class DecoderConfig:
     n_shared_experts: int = 0
     moe_d_ff: int | None = None
     first_dense_layers: int = 0
+    moe_layers: tuple[bool, ...] | None = None  # per layer: MoE (True) or dense (replaces first_dense_layers)
     router: str = "softmax"
     bias_balancing: bool = False
     aux_loss_coef: float = 0.01
@@ -122,6 +124,8 @@ class DecoderConfig:
     routed_scaling_factor: float = 1.0  # gates times this (DeepSeek-V3: 2.5)
     router_bias: bool = False  # a learned bias on the router logits (gpt-oss)
     moe_expert: str = "swiglu"  # or "clamped_swiglu" (gpt-oss's experts, with biases)
+    swiglu_alpha: float = 1.702  # "clamped_swiglu": the gate's sigmoid(alpha g) ...
+    swiglu_limit: float = 7.0  # ... and the clamp of gate and up
     # embeddings
     tie_embeddings: bool = False
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d) (2017, Gemma)
@@ -129,6 +133,9 @@ class DecoderConfig:
     name: str = "custom"
 
     def __post_init__(self) -> None:
+        for f in ("layer_pattern", "moe_layers"):  # lists (e.g. from a JSON checkpoint) become tuples
+            if getattr(self, f) is not None:
+                setattr(self, f, tuple(getattr(self, f)))
         self.validate()
 
     def validate(self) -> None:
@@ -148,6 +155,14 @@ class DecoderConfig:
         need(self.window is None or self.window >= 1, f"window must be >= 1 or None; got {self.window}")
         need(self.global_every is None or self.global_every >= 1, f"global_every must be >= 1 or None; got {self.global_every}")
         need(self.keep >= 0, f"keep must be >= 0; got {self.keep}")
+        if self.layer_pattern is not None:
+            need(self.window is None and self.global_every is None,
+                 "layer_pattern replaces window and global_every: set either the list or the two fields")
+            need(len(self.layer_pattern) == self.n_layers and all(w is None or w >= 1 for w in self.layer_pattern),
+                 f"layer_pattern must hold one window (>= 1) or None per layer ({self.n_layers}); got {self.layer_pattern}")
+        if self.moe_layers is not None:
+            need(self.first_dense_layers == 0, "moe_layers replaces first_dense_layers: set either the list or the field")
+            need(len(self.moe_layers) == self.n_layers, f"moe_layers must hold one flag per layer ({self.n_layers}); got {self.moe_layers}")
         need(self.rope_scaling_layers in ("all", "global"), f"rope_scaling_layers must be 'all' or 'global'; got {self.rope_scaling_layers!r}")
         for f in ("query_pre_attn_scalar", "attn_softcap", "final_softcap"):
             need(getattr(self, f) is None or getattr(self, f) > 0, f"{f} must be > 0 or None; got {getattr(self, f)}")
@@ -161,13 +176,15 @@ class DecoderConfig:
         else:
             need(self.position == "rope", f"attention='mla' carries position on its decoupled RoPE key; position must be 'rope', got {self.position!r}")
             need(self.rope_dim % 2 == 0, f"rope_dim must be even for RoPE; got {self.rope_dim}")
-            need(self.window is None and not self.sinks, "attention='mla' here supports neither window nor sinks")
+            need(self.window is None and not self.sinks and not any(self.layer_pattern or ()),
+                 "attention='mla' here supports neither window nor sinks")
             need(self.mla_norm_eps > 0, f"mla_norm_eps must be > 0; got {self.mla_norm_eps}")
         if self.n_experts:
             need(1 <= self.top_k <= self.n_experts, f"top_k must satisfy 1 <= top_k <= n_experts ({self.n_experts}); got {self.top_k}")
             need(self.router in ROUTERS, f"router must be one of {ROUTERS}; got {self.router!r}")
             need(0 <= self.first_dense_layers <= self.n_layers, f"first_dense_layers must be in [0, n_layers]; got {self.first_dense_layers}")
         need(self.n_experts >= 0, f"n_experts must be >= 0; got {self.n_experts}")
+        need(self.swiglu_limit > 0, f"swiglu_limit must be > 0; got {self.swiglu_limit}")
 
     # derived quantities -------------------------------------------------------------------------
     @property
@@ -190,15 +207,22 @@ class DecoderConfig:
         return swiglu_hidden(self.d_model) if self.ffn in GATED_FFNS else 4 * self.d_model
 
     def is_global(self, layer: int) -> bool:
+        if self.layer_pattern is not None:
+            return self.layer_pattern[layer] is None
         if self.window is None:
             return True
         return self.global_every is not None and (layer + 1) % self.global_every == 0
 
     def layer_windows(self) -> list[int | None]:
-        """Window of each layer (None = global); e.g. gemma3-like: [w, w, w, w, w, None]."""
+        """Window of each layer (None = global); e.g. gemma3-like: [w, w, w, w, w, None]. ``layer_pattern``
+        is this list given directly; ``window`` with ``global_every`` builds it."""
+        if self.layer_pattern is not None:
+            return list(self.layer_pattern)
         return [None if self.is_global(i) else self.window for i in range(self.n_layers)]
 
     def is_moe(self, layer: int) -> bool:
+        if self.moe_layers is not None:
+            return self.n_experts > 0 and bool(self.moe_layers[layer])
         return self.n_experts > 0 and layer >= self.first_dense_layers
 
 
@@ -273,9 +297,10 @@ class Decoder(nn.Module):
         return RotaryEmbedding(dim, base, scaling, c.rope_factor, c.rope_original_max_len, **options)
 
     def _mla_scale(self) -> float | None:
-        """DeepSeek's YaRN sharpens MLA's softmax: 1 / sqrt(d_h + d_R) times (0.1 mscale_all_dim ln s + 1)^2."""
+        """DeepSeek's scaled RoPE sharpens MLA's softmax: 1 / sqrt(d_h + d_R) times (0.1 mscale_all_dim ln s + 1)^2,
+        for every scaling that carries mscale_all_dim (as DeepSeek-V3's code does for every rope type but the default)."""
         c = self.config
-        if c.rope_scaling != "yarn_hf" or not c.rope_mscale_all_dim or c.rope_factor <= 1:
+        if c.rope_scaling is None or not c.rope_mscale_all_dim or c.rope_factor <= 1:
             return None
         m = 0.1 * c.rope_mscale_all_dim * math.log(c.rope_factor) + 1.0
         return (c.mla_head_dim + c.rope_dim) ** -0.5 * m * m
@@ -305,6 +330,9 @@ class Decoder(nn.Module):
                 n_groups=c.expert_groups, topk_groups=c.topk_groups, norm_topk_prob=c.norm_topk_prob,
                 routed_scaling_factor=c.routed_scaling_factor, router_bias=c.router_bias, expert=c.moe_expert,
             )
+            if c.moe_expert == "clamped_swiglu":
+                for expert in ffn.experts:
+                    expert.alpha, expert.limit = c.swiglu_alpha, c.swiglu_limit
         else:
             ffn = make_ffn(c.ffn, c.d_model, c.ffn_hidden, bias=c.ffn_bias, dropout=c.dropout)
         return Block(

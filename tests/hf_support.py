@@ -1,0 +1,45 @@
+"""Helpers shared by the companion.hf tests (tests/test_hf*.py): random weights far from the init,
+token batches, and the logit comparison."""
+
+import torch
+
+
+def randomise(model, seed, std=0.2):
+    """Weights far from the init (std 0.02 makes every logit ~0 and hides mistakes); norms around 1.
+    Routing biases of bias-balanced MoE layers random too, so that a missed bias changes the expert
+    choice (elsewhere the bias is unused state and stays 0). Gemma-style gains 1 + w get w near 0."""
+    g = torch.Generator().manual_seed(seed)
+    config = getattr(model, "config", None)
+    offset = bool(getattr(config, "norm_offset", False)) or getattr(config, "model_type", "").startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * std
+            is_gain = "norm" in name and name.endswith("weight")
+            p.copy_(noise / 2 if is_gain and offset else (1.0 + noise / 2 if is_gain else noise))
+        for m in model.modules():
+            if getattr(m, "bias_balancing", False):
+                m.balance_bias.copy_(torch.randn(m.balance_bias.shape, generator=g) * 0.5)
+            elif hasattr(m, "e_score_correction_bias"):  # transformers' DeepSeek-V3 router
+                m.e_score_correction_bias.copy_(torch.randn(m.e_score_correction_bias.shape, generator=g) * 0.5)
+    return model.eval()
+
+
+def tokens(vocab, T, seed, B=2):
+    return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def assert_same_logits(model, hf_model, idx, atol=1e-5):
+    with torch.no_grad():
+        ours, theirs = model(idx), hf_model(idx).logits
+    assert ours.abs().max() > 0.5  # a test with logits ~0 would pass for wrong weights
+    torch.testing.assert_close(ours, theirs, atol=atol, rtol=1e-5)  # float32, logits of size ~1
+
+
+def hf_model_of(config, seed, std=0.2):
+    """A transformers causal LM built from ``config`` (eager attention) with random weights."""
+    import transformers
+
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    cls = transformers.AutoModelForCausalLM.from_config(config).__class__
+    return randomise(cls(config), seed, std)
