@@ -46,8 +46,16 @@ For the notebooks
 - ``companion.exercises``: checkers for the chapters' exercises, ``check("ch01.masked_softmax", fn)``.
 """
 
-from companion.notebook.profile import Profile, pick_device, profile, seed_everything
-
 __version__ = "0.1.0"
 
 __all__ = ["Profile", "pick_device", "profile", "seed_everything", "__version__"]
+
+
+def __getattr__(name: str):
+    """``companion.profile`` and its siblings, imported on first use: ``import companion`` (and so
+    ``python -m companion --help``) does not load torch, which takes seconds."""
+    if name in ("Profile", "pick_device", "profile", "seed_everything"):
+        from companion.notebook import profile as module
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'companion' has no attribute {name!r}")

@@ -18,53 +18,102 @@ import argparse
 import json
 import sys
 
-import torch
+from companion.training.cli import COMMANDS, CONTEXT_RULE, HelpFormatter
+
+# torch and the models are imported inside the commands: `python -m companion --help` loads none of them.
 
 
 def _load_model(args):
     """(model, tokenizer or None): from a checkpoint (``companion.training.checkpoint``) or a preset's random weights."""
-    from companion.models import from_preset
+    import torch
+
+    from companion.models import SEQ2SEQ_PRESETS, from_preset
 
     if args.checkpoint:
         from companion.training.checkpoint import load_model, load_tokenizer
 
         return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
+    if args.preset in SEQ2SEQ_PRESETS:  # refused before its weights are built
+        raise ValueError(f"--preset {args.preset} is an encoder-decoder (translation) preset; generate continues a "
+                         "prompt with a decoder-only model (a decoder preset such as llama-like, or gpt2-tiny). To "
+                         f"translate: python -m companion train --preset seq2seq-{args.preset} --data bible-en-fr "
+                         "--out RUN_DIR, then python -m companion sample --checkpoint RUN_DIR --prompt TEXT")
     torch.manual_seed(args.seed if args.seed is not None else 0)
     return from_preset(args.preset).eval(), None  # any family: the name says which
 
 
 def cmd_generate(args) -> int:
-    from companion.inference.generate import SamplingParams, generate
+    import torch
+
+    from companion.inference.generate import SamplingParams, check_decoder, context_length, generate
+    from companion.training.cli import crop_prompt, slide
 
     if args.kv_bits is not None and args.cache != "paged":
         raise ValueError(f"--kv-bits quantises the pages of --cache paged; got --cache {args.cache}")
     model, tokenizer = _load_model(args)
+    check_decoder(model, f"generate --checkpoint {args.checkpoint}" if args.checkpoint else "generate")
     if args.ids:
-        prompt = [int(t) for t in args.ids.split()]
+        try:
+            prompt = [int(t) for t in args.ids.split()]
+        except ValueError:
+            raise ValueError(f"--ids must be token ids separated by spaces; got {args.ids!r}") from None
     elif tokenizer is not None:
         prompt = tokenizer.encode(args.prompt)
     else:
         prompt = list(args.prompt.encode("utf-8"))
+    if not prompt:
+        raise ValueError("--prompt must hold at least one token; got an empty prompt")
+    generator = None if args.seed is None else torch.Generator().manual_seed(args.seed)  # shared with the sliding part
     params = SamplingParams(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        stop_tokens=tuple(args.stop), seed=args.seed,
+        stop_tokens=tuple(args.stop), seed=generator,
     )
     as_bytes = tokenizer is None and model.config.vocab_size == 256 and not args.ids
     if not args.checkpoint:
         print(f"note: {args.preset} has random weights (no --checkpoint), so the output is noise; "
               + ("bytes outside printable ASCII are shown as \\xNN" if as_bytes else "token ids are shown"),
               file=sys.stderr)
-    for step in generate(model, [prompt], params, cache=args.cache, page_size=args.page_size, kv_bits=args.kv_bits, stream_tokens=True):
-        for _, tok in step:
-            if tokenizer is not None and not args.ids:
-                text = tokenizer.decode([tok])
-            elif as_bytes:
-                text = printable_byte(tok)
-            else:
-                text = f"{tok} "
-            sys.stdout.write(text)
-            sys.stdout.flush()
+
+    def show(tok: int) -> str:
+        if tokenizer is not None and not args.ids:
+            return tokenizer.decode([tok])
+        return printable_byte(tok) if as_bytes else f"{tok} "
+
+    tty = sys.stdout.isatty()
+    if not args.ids:  # the prompt, echoed; in a terminal the generated text that follows is bold
+        sys.stdout.write("".join(map(printable_byte, prompt)) if as_bytes else tokenizer.decode(prompt) if tokenizer
+                         else args.prompt)
+    if tty:
+        sys.stdout.write("\033[1m")
+    cropped = crop_prompt(prompt, context_length(model))
+    new: list[int] = []
+    try:
+        for step in generate(model, [cropped], params, cache=args.cache, page_size=args.page_size,
+                             kv_bits=args.kv_bits, stream_tokens=True):
+            for _, tok in step:
+                new.append(tok)
+                sys.stdout.write(show(tok))
+                sys.stdout.flush()
+        stopped = bool(new) and new[-1] in params.stop_tokens
+        if len(new) < params.max_new_tokens and not stopped:  # the context is full: slide the window on
+            for tok in slide(model, cropped + new, params.max_new_tokens - len(new), params, generator):
+                new.append(tok)
+                sys.stdout.write(show(tok))
+                sys.stdout.flush()
+    finally:
+        if tty:
+            sys.stdout.write("\033[0m")
     sys.stdout.write("\n")
+    sys.stdout.flush()
+    if new and new[-1] in params.stop_tokens:
+        why = f"stop token {new[-1]}"
+    elif len(new) >= params.max_new_tokens:
+        why = f"--max-new-tokens {params.max_new_tokens}"
+    else:
+        why = f"stopped early, before --max-new-tokens {params.max_new_tokens}"
+    echoed = "the prompt is not echoed (--ids)" if args.ids else "the prompt is echoed first"
+    print(f"generate: {len(new)} tokens generated after the {len(prompt)}-token prompt ({why}); {echoed}",
+          file=sys.stderr)
     return 0
 
 
@@ -75,6 +124,8 @@ def printable_byte(b: int) -> str:
 
 
 def cmd_bench_serve(args) -> int:
+    import torch
+
     from companion.engine.bench import serve_benchmark
     from companion.models import from_preset
 
@@ -105,8 +156,9 @@ Each command has its own --help.
 """
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default, and keeps the examples' line breaks."""
+class _HelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows an option's default once (``companion.training.cli.HelpFormatter``), and keeps the examples'
+    line breaks."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("generate", help="generate tokens from a model", formatter_class=_HelpFormatter,
                        description="Sample from a model, streaming tokens as they come. Without --checkpoint the "
                                    "preset has random weights, so the output is noise; text prompts are then "
-                                   "encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary).")
-    g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny")
+                                   "encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary). The prompt is "
+                                   "echoed, then the generated text follows (bold in a terminal; with --ids only the "
+                                   "generated ids are printed), and a line on stderr counts the tokens generated and "
+                                   "says why they stopped. " + CONTEXT_RULE + " Decoder-only models: an "
+                                   "encoder-decoder (seq2seq) checkpoint translates with 'sample'.")
+    g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny; not the "
+                   "encoder-decoder presets base and tiny")
     g.add_argument("--checkpoint", default=None, help="a companion.training.checkpoint run or step directory")
     g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids without a checkpoint)")
     g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of text")
-    g.add_argument("--max-new-tokens", type=int, default=32, help="how many tokens to generate at most")
+    g.add_argument("--max-new-tokens", type=int, default=32, help="how many tokens to generate (fewer only after a "
+                   "--stop token), past the model's context by a sliding window")
     g.add_argument("--temperature", type=float, default=0.0, help="softmax temperature; 0 is greedy decoding")
     g.add_argument("--top-k", type=int, default=None, help="sample only from the k most likely tokens (None: all)")
     g.add_argument("--top-p", type=float, default=1.0,
@@ -153,14 +211,18 @@ def main(argv: list[str] | None = None) -> int:
                         "(CONTRIBUTING.md, 'Threads and determinism')")
     b.set_defaults(func=cmd_bench_serve)
 
-    from companion.training.cli import add_subcommands
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["train"], ["sample"]):
+        from companion.training.cli import add_subcommands
 
-    add_subcommands(sub)  # train, sample
+        add_subcommands(sub)  # train, sample, with every option
+    else:  # listed by --help; their options (which name the model presets) are built only when asked for
+        for name, text in COMMANDS.items():
+            sub.add_parser(name, help=text)
 
     sub.add_parser("course", help="cut a course: student/instructor editions, its own site, slides",
                    add_help=False)  # parsed by companion.course, whose --help explains every option
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["course"]:
         from companion.course import main as course_main
 

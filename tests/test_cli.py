@@ -33,7 +33,7 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
     argparse.ArgumentParser.parse_args = grab
     try:
         with pytest.raises(SystemExit):
-            main(["--help"])
+            main(["train", "--help"])  # train and sample get their full parsers only when named
     finally:
         argparse.ArgumentParser.parse_args = real
     return captured

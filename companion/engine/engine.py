@@ -25,7 +25,7 @@ from typing import Sequence as Seq
 
 from torch import Tensor, nn
 
-from companion.inference.generate import SamplingParams, check_prompts, context_length
+from companion.inference.generate import SamplingParams, check_decoder, check_prompts, context_length
 from companion.inference.paged import PagedKVCache
 from companion.engine.runner import Runner
 from companion.engine.scheduler import Scheduler
@@ -90,6 +90,7 @@ class Engine:
             raise ValueError(f"compile must be True or False; got {compile!r}")
         if compile and cache != "paged":
             raise ValueError(f"compile=True needs cache='paged'; got cache={cache!r}")
+        check_decoder(model, "Engine")
         self.model, self.tokenizer = model.eval(), tokenizer
         self.context = context_length(model)
         self.page_size = page_size
@@ -195,6 +196,14 @@ class Engine:
             if seq.status is Status.RUNNING:
                 seq.error = message
                 self._finish(seq, "error")
+
+    def weights_changed(self) -> None:
+        """Say that the model's weights changed: no prefix page computed before is shared afterwards.
+        In-place changes made through the parameters themselves are noticed without it (the pool
+        compares ``companion.inference.paged.weights_version`` before sharing); edits through ``.data``
+        are not."""
+        if self.kv is not None:
+            self.kv.invalidate_prefixes()
 
     def _finish(self, seq: Sequence, reason: str, running: bool = True) -> None:
         if running:

@@ -18,7 +18,7 @@ end to end in one (1, N) row with per-token absolute positions (``companion.cach
 
 What this module provides
 - ``SamplingParams`` (validated), ``filter_logits``, ``sample``.
-- ``context_length(model)``, ``check_prompts``.
+- ``context_length(model)``, ``check_prompts``, ``check_decoder`` (an encoder-decoder is refused).
 - ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
 - ``stream(...)``: an iterator of per-step new tokens; ``generate(...)`` -> ``GenerationResult``.
 """
@@ -39,10 +39,13 @@ from companion.inference.paged import PagedKVCache
 
 __all__ = [
     "SamplingParams", "filter_logits", "sample", "sample_rows", "context_length", "check_prompts", "packed_forward",
-    "stream", "generate", "GenerationResult", "CACHE_MODES",
+    "stream", "generate", "GenerationResult", "CACHE_MODES", "MIN_TEMPERATURE", "check_decoder",
 ]
 
 CACHE_MODES = ("none", "contiguous", "paged")
+# The smallest positive temperature: logits / 1e-6 stay finite in float32 for any |logit| < 3e32, and
+# such a temperature already picks the argmax unless two logits agree to 1e-5.
+MIN_TEMPERATURE = 1e-6
 
 
 def _is_int(x) -> bool:
@@ -81,6 +84,10 @@ class SamplingParams:
         self.max_new_tokens = int(self.max_new_tokens)
         if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy) and finite; got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}; got {self.temperature!r}: "
+                             "dividing the logits by it overflows them to inf (and the probabilities to NaN). "
+                             "Use 0 for greedy decoding, which is what such a temperature means")
         if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
             raise ValueError(f"top_k must be >= 1 (an integer) or None; got {self.top_k!r}")
         self.top_k = None if self.top_k is None else int(self.top_k)
@@ -139,6 +146,17 @@ def sample_rows(logits: Tensor, params: Sequence[SamplingParams], generators: Se
         if p.temperature != 0:
             out[b] = sample(logits[b], p, generators[b])
     return out
+
+
+def check_decoder(model: nn.Module, who: str = "generate") -> None:
+    """ValueError unless ``model`` is a decoder-only model (Decoder, GPT), the kind that continues a
+    prompt; an encoder-decoder (``Seq2SeqTransformer``) translates instead."""
+    config = getattr(model, "config", None)
+    if config is None or hasattr(config, "src_vocab_size") or not hasattr(config, "vocab_size"):
+        raise ValueError(
+            f"{who} needs a decoder-only model (Decoder or GPT), which continues a prompt; got "
+            f"{type(model).__name__}, an encoder-decoder that translates: use companion.inference.translate "
+            "(greedy_decode, beam_search_one) or python -m companion sample --checkpoint RUN_DIR --prompt TEXT")
 
 
 def context_length(model: nn.Module) -> int:
@@ -250,6 +268,7 @@ def stream(
         raise ValueError(f"kv_bits must be None or one of {KV_BITS}; got {kv_bits!r}")
     if not isinstance(keep_logits, bool):
         raise ValueError(f"keep_logits must be True or False; got {keep_logits!r}")
+    check_decoder(model, "generate")
     prompts = check_prompts(model, prompts)
     return _steps(model, prompts, params, cache, page_size, kv_bits, keep_logits, _result)
 

@@ -23,9 +23,33 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-import torch
+__all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", "slide", "crop_prompt", "cmd_train",
+           "cmd_sample", "HelpFormatter", "COMMANDS", "CONTEXT_RULE"]
 
-__all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", "cmd_train", "cmd_sample"]
+# torch is imported inside the functions that need it: `python -m companion --help` imports none of it.
+COMMANDS = {  # the one-line help of each command, shown by `python -m companion --help`
+    "train": "train a model of the book on a corpus, with checkpoints",
+    "sample": "sample text from (or translate with) a trained checkpoint",
+}
+CONTEXT_RULE = ("A prompt longer than the model's context is cropped to its last context-length tokens (a note on "
+                "stderr says so); generation then goes on past the context by sliding the window (each new token "
+                "sees the last context-length tokens) until --max-new-tokens tokens or a stop token. Any other "
+                "early stop is reported on stderr.")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default once: appended as "(default: X)" only when the help text does not
+    already say it (a "default" or "profile:" in it) and there is a value to show (not None, False
+    or an empty list)."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        said = "default" in text or "profile:" in text
+        nothing = action.default is None or action.default is False or action.default == [] or \
+            action.default == argparse.SUPPRESS
+        if said or nothing:
+            return text
+        return super()._get_help_string(action)
 
 SYNTHETIC = ("copy", "reverse", "sort")
 BIBLE = ("bible-en-fr", "bible-en-es", "bible-en-de")
@@ -93,6 +117,8 @@ def _read_corpus(path: Path) -> str:
 
 
 def _text_data(args, text_train: str, text_val: str, context: int):
+    import torch
+
     from companion.tokenizers import CharTokenizer
     from companion.data.loaders import LMData
 
@@ -106,6 +132,8 @@ def _text_data(args, text_train: str, text_val: str, context: int):
 
 def build_run(args):
     """(model, data source, tokenizer or None, TrainConfig) from parsed ``train`` arguments."""
+    import torch
+
     from companion.data import load, make_pairs, split_text, to_lm
     from companion.data.synthetic import BOS, EOS, PAD
     from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS, from_preset
@@ -265,7 +293,6 @@ def cmd_train(args) -> int:
     return 0
 
 
-@torch.no_grad()
 def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
               seed: int = 0) -> list[int]:
     """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context.
@@ -274,19 +301,41 @@ def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1
     filters as ``generate``) from the logits of the last ``context_length`` tokens: unlike ``generate``,
     this keeps going past the context by sliding the window, so it recomputes the window every step.
     Settings are checked by ``SamplingParams`` (ValueError naming the field)."""
-    from companion.inference.generate import SamplingParams, context_length, sample
+    from companion.inference.generate import SamplingParams
 
     if not ids:
         raise ValueError("the prompt must contain at least one token")
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
-    generator = params.generator()
+    return list(ids) + list(slide(model, ids, params.max_new_tokens, params, params.generator()))
+
+
+def slide(model, ids: list[int], n: int, params, generator=None):
+    """Yield up to ``n`` new token ids after ``ids``, each drawn by ``generate.sample`` from the logits of
+    the last ``context_length`` tokens (the window slides past the context; no cache, so every step
+    recomputes the window). Stops early only after one of ``params.stop_tokens``."""
+    import torch
+
+    from companion.inference.generate import context_length, sample
+
     context = context_length(model)
     device = next(model.parameters()).device
     out = list(ids)
-    for _ in range(params.max_new_tokens):
-        logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()  # (V,)
-        out.append(sample(logits, params, generator))
-    return out
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()  # (V,)
+            token = sample(logits, params, generator)
+            out.append(token)
+            yield token
+            if token in params.stop_tokens:
+                return
+
+
+def crop_prompt(prompt: list[int], context: int) -> list[int]:
+    """The last ``context`` tokens of ``prompt``, with a note on stderr when that drops some (``CONTEXT_RULE``)."""
+    if len(prompt) > context:
+        print(f"note: the prompt has {len(prompt)} tokens, more than the model's context of {context}; "
+              f"the model sees only its last {context} tokens", file=sys.stderr)
+    return prompt[-context:]
 
 
 def cmd_sample(args) -> int:
@@ -295,10 +344,14 @@ def cmd_sample(args) -> int:
 
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
+    import torch
+
     if args.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
+    if not (math.isfinite(args.alpha) and args.alpha >= 0):
+        raise ValueError(f"--alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {args.alpha}")
     model = load_model(args.checkpoint, device=check_device(args.device or "cpu"))
     tokenizer = load_tokenizer(args.checkpoint)
     if tokenizer is not None:
@@ -322,11 +375,12 @@ def cmd_sample(args) -> int:
         else:
             hyp = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], args.beam_size, args.alpha, max_len)[0]
         out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
+        if len(hyp.tokens) >= max_len < args.max_new_tokens:
+            print(f"note: the translation stopped at {len(hyp.tokens)} tokens without an end token: that is the "
+                  f"model's max_len ({model.config.max_len}), fewer than --max-new-tokens {args.max_new_tokens}",
+                  file=sys.stderr)
     else:
-        context = model.config.context_length
-        if len(prompt) > context:
-            print(f"note: the prompt has {len(prompt)} tokens, more than the model's context of {context}; "
-                  f"the model sees only its last {context} tokens", file=sys.stderr)
+        crop_prompt(prompt, model.config.context_length)  # the note; sample_lm's window does the cropping
         ids = sample_lm(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed)
         out = tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
     sys.stdout.write(out + "\n")
@@ -336,10 +390,10 @@ def cmd_sample(args) -> int:
 def add_subcommands(sub) -> None:
     """Register ``train`` and ``sample`` on an ``argparse`` subparsers object."""
     t = sub.add_parser(
-        "train", help="train a model of the book on a corpus, with checkpoints",
+        "train", help=COMMANDS["train"],
         description="Train a model on a corpus. Defaults come from --profile; every option below overrides them. "
                     "Under torchrun the same command trains with DDP (or FSDP2 with --parallel fsdp).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())}")
     t.add_argument("--data", required=True, help=f"corpus: one of {', '.join(DATASETS)}, or a path to a UTF-8 .txt file "
@@ -378,7 +432,8 @@ def add_subcommands(sub) -> None:
     t.add_argument("--max-words", type=int, default=None, help="Bible corpora: longest verse kept, in words (quick 12, gpu 48)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layers=4 --set d_model=128 (repeatable; JSON values)")
-    t.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 is often fastest for small models on a shared machine)")
+    t.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 is "
+                   "often fastest for small models on a shared machine)")
     t.add_argument("--resume", default=None, help="checkpoint (run or step directory) to continue from, exactly; refused "
                    "if it was trained with another tokenizer or other hyper-parameters (lr, schedule, steps under cosine, ...)")
     t.add_argument("--override", action="store_true", help="with --resume: apply the changed hyper-parameters (lr, "
@@ -387,18 +442,20 @@ def add_subcommands(sub) -> None:
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser(
-        "sample", help="sample text from (or translate with) a trained checkpoint",
+        "sample", help=COMMANDS["sample"],
         description="Load a checkpoint written by 'train' (weights, config and tokenizer) and continue a prompt; "
-                    "an encoder-decoder checkpoint translates the prompt instead.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                    "an encoder-decoder checkpoint translates the prompt instead. The text printed is the prompt "
+                    "followed by its continuation (a translation is printed alone). " + CONTEXT_RULE,
+        formatter_class=HelpFormatter,
     )
     s.add_argument("--checkpoint", required=True, help="run directory (its 'latest' step) or a step-* directory")
     s.add_argument("--prompt", required=True, help="text to continue or translate (token ids separated by spaces when the checkpoint has no tokenizer)")
-    s.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (translation: the longest output)")
+    s.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate, past the model's context by a "
+                   "sliding window (translation: the longest output, at most the model's max_len)")
     s.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0 takes the argmax")
     s.add_argument("--top-k", type=int, default=None, help="sample among the k most probable tokens only")
     s.add_argument("--beam-size", type=int, default=4, help="encoder-decoder only: beam width (1: greedy)")
     s.add_argument("--alpha", type=float, default=0.6, help="encoder-decoder only: length-penalty exponent")
     s.add_argument("--seed", type=int, default=0, help="seed of the sampler")
-    s.add_argument("--device", default=None, help="device to run on (default cpu)")
+    s.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:N or mps")
     s.set_defaults(func=cmd_sample)
