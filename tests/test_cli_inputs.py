@@ -92,23 +92,10 @@ def test_generate_ids_with_a_stop_token_reports_it(capsys):
 
 def help_texts(monkeypatch) -> dict[str, str]:
     """Every command's --help, formatted in this process on one wide line per option."""
-    import argparse
+    from test_cli import subparsers
 
     monkeypatch.setenv("COLUMNS", "10000")
-    captured = {}
-    real = argparse.ArgumentParser.parse_args
-
-    def grab(self, args=None, namespace=None):
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                captured.update(action.choices)
-        raise SystemExit(0)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
-    with pytest.raises(SystemExit):
-        main(["train", "--help"])
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", real)
-    return {name: parser.format_help() for name, parser in captured.items() if name != "course"}
+    return {name: parser.format_help() for name, parser in subparsers().items() if name != "course"}
 
 
 def test_sample_and_generate_help_state_the_same_context_rule(monkeypatch):
