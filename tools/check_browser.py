@@ -19,8 +19,12 @@ and window width (1280 and 400 px) it asserts that
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
 - the console shows no error and no page requested the network.
 
-It saves a full-page screenshot per page and width under ``--screenshots`` (default
-``_build/screenshots``, ``<page>-<width>.png``). Without a Chromium (``chromium-headless-shell`` or
+It saves a screenshot of the whole page per page and width under ``--screenshots`` (default
+``_build/screenshots``, ``<page>-<width>.png``), stitched from captures of the window as a reader
+scrolls it (``screenshot``). Display equations, code and output widths are measured by
+tools/check_layout.py, with the same browser. Every Chromium started here runs in its own process
+group and is ended with all its helpers, its ``check-browser-*`` profile removed, on every path
+(``Browser.close``; tests/test_browser_cleanup.py). Without a Chromium (``chromium-headless-shell`` or
 ``chromium`` on PATH, or $CHROME) it says so and exits 0, so ``make book`` works everywhere;
 ``--require-browser`` makes that an error (CI). Exit status 1 when any page has a problem.
 """
@@ -375,13 +379,10 @@ def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: 
             "(async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise;"
             " await Promise.all(Array.from(document.images).map((i) => { i.loading = 'eager';"
             " return i.decode().catch(() => null); })); await new Promise((r) => setTimeout(r, 500)); })()"))
-        height = browser.call("Runtime.evaluate", returnByValue=True,
-                              expression="document.documentElement.scrollHeight")["result"]["value"]
-        clip = {"x": 0, "y": 0, "width": width, "height": min(int(height), MAX_SHOT_PX), "scale": 1}
-        png = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)["data"]
+        png = screenshot(browser, width)
         name = str(page.relative_to(site).with_suffix("")).replace(os.sep, "__")
         shots.mkdir(parents=True, exist_ok=True)
-        (shots / f"{name}-{width}.png").write_bytes(base64.b64decode(png))
+        (shots / f"{name}-{width}.png").write_bytes(png)
     return report
 
 
@@ -425,6 +426,56 @@ class ended_on_sigterm:
 
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
+
+
+def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
+    """The whole page as a reader scrolling through it sees it, as one PNG ``width`` px wide.
+
+    It is stitched from viewport captures at successive scroll positions, the window kept at
+    ``width`` x ``height``: a single ``captureBeyondViewport`` capture instead stretches the window to
+    the page's full height, which lays the page out for a window no reader has (``100vh`` boxes,
+    sticky sidebars and the header computed for a 20,000 px tall window). Rows hidden under a sticky
+    header are taken from the next capture, so every row of the page appears once, under the header
+    and beside the sidebars a reader sees at that point. Pages taller than ``MAX_SHOT_PX`` are cut."""
+    import io
+
+    from PIL import Image  # Pillow comes with matplotlib (the companion's dependency)
+
+    geometry = json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify((() => {
+        // The bars that stay at the top while the page scrolls (the site header, the article's
+        // button bar): sticky or fixed, short, starting near the top. Sidebars are tall: not bars.
+        window.scrollTo(0, Math.min(2000, document.documentElement.scrollHeight));
+        let top = 0;
+        for (const el of document.querySelectorAll("body *")) {
+          const cs = getComputedStyle(el);
+          if (cs.position !== "sticky" && cs.position !== "fixed") continue;
+          const r = el.getBoundingClientRect();
+          if (r.height > 0 && r.height < 150 && r.top < 200 && r.width > window.innerWidth / 3) top = Math.max(top, r.bottom);
+        }
+        window.scrollTo(0, 0);
+        return {total: document.documentElement.scrollHeight, header: Math.max(0, Math.round(top))};
+      })())""")["result"]["value"])
+    total = min(int(geometry["total"]), MAX_SHOT_PX)
+    header = min(int(geometry["header"]), height // 2)
+    sheet = Image.new("RGB", (width, max(total, 1)), "white")
+    y = 0  # the first page row not yet on the sheet
+    while y < total:
+        target = 0 if y == 0 else y - header
+        scrolled = browser.call("Runtime.evaluate", returnByValue=True, awaitPromise=True, expression=(
+            f"(async () => {{ window.scrollTo(0, {target}); await new Promise((r) => requestAnimationFrame("
+            "() => requestAnimationFrame(r))); return window.scrollY; })()"))["result"]["value"]
+        shot = Image.open(io.BytesIO(base64.b64decode(
+            browser.call("Page.captureScreenshot", format="png")["data"]))).convert("RGB")
+        top = y - int(scrolled)  # the viewport row that shows page row y
+        rows = min(shot.height - top, total - y)
+        if rows <= 0:
+            break
+        sheet.paste(shot.crop((0, top, width, top + rows)), (0, y))
+        y += rows
+    browser.call("Runtime.evaluate", expression="window.scrollTo(0, 0)")
+    out = io.BytesIO()
+    sheet.save(out, format="PNG", optimize=False)
+    return out.getvalue()
 
 
 def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> list[str]:

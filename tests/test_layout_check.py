@@ -1,0 +1,180 @@
+"""tools/check_layout.py measures what a reader sees, proven by planted failures on small synthetic pages
+(no book build needed): a display equation too wide for the column, an equation whose number covers it,
+an output line and a code line too long for the column; and tools/check_browser.py's screenshots put
+every element where the page lays it out at 1280 and 400 px (issue 25, item 2).
+
+The pages copy the structure Sphinx and MyST-NB write (``div.math > span.eqno + mjx-container``,
+``div.cell > div.cell_input / div.cell_output > pre``) inside an ``article.bd-article`` column and link
+the book's own _static/companion.css; MathJax's output is stood in for by an ``mjx-math`` box of a
+chosen width (a test with the real MathJax runs where ``make book`` has vendored it). Needs a Chromium.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import check_browser  # noqa: E402
+import check_layout  # noqa: E402
+
+CHROME = check_browser.find_chrome()
+pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get install chromium-headless-shell")
+CSS = (ROOT / "_static" / "companion.css").resolve().as_uri()
+MATHJAX = ROOT / "_vendor" / "site" / "vendor" / "mathjax" / "tex-chtml.js"
+COLUMN = 739  # the synthetic column at 1280 px, as wide as the book's
+
+# Enough of the theme and of MathJax's own CSS that the boxes behave as on the book's pages.
+THEME = f"""
+body {{ margin: 0; font: 16px/1.5 sans-serif; }}
+article.bd-article {{ width: min({COLUMN}px, calc(100vw - 32px)); margin: 0 16px; }}
+div.cell pre {{ overflow-x: auto; margin: 0; padding: 8px; font: 13px/1.3 monospace; }}
+mjx-container[display="true"] {{ display: block; text-align: center; margin: 1em 0; }}
+mjx-math {{ display: inline-block; height: 1.2em; background: #ddd; }}
+span.eqno {{ float: right; }}
+"""
+
+
+def page(body: str, stylesheet: bool = True) -> str:
+    link = f'<link rel="stylesheet" href="{CSS}">' if stylesheet else ""
+    return (f'<!doctype html><html><head><meta charset="utf-8"><style>{THEME}</style>{link}</head><body>'
+            f'<article class="bd-article"><section id="s"><h2>1.1. A section</h2>{body}</section></article>'
+            "</body></html>")
+
+
+def equation(number: str, width: int, label: str) -> str:
+    return (f'<div class="math notranslate nohighlight" id="equation-{label}"><span class="eqno">({number})'
+            f'<a class="headerlink" href="#equation-{label}">#</a></span><mjx-container class="MathJax" '
+            f'display="true"><mjx-math style="width: {width}px"></mjx-math></mjx-container></div>')
+
+
+def cell(code: str, output: str) -> str:
+    return (f'<div class="cell docutils container"><div class="cell_input docutils container"><pre>{code}</pre>'
+            f'</div><div class="cell_output docutils container"><div class="output stream highlight-myst-ansi">'
+            f'<pre>{output}</pre></div></div></div>')
+
+
+GOOD = page(equation("1.1", 300, "short") + cell("x = 1", "a short line"))
+WIDE_EQUATION = page(equation("1.1", 300, "short") + equation("1.2", 1100, "wide"))
+LONG_OUTPUT = page(cell("print(report)", "check: all 5 cases pass " + "(a case that passes) " * 8))
+LONG_CODE = page(cell("y = f(" + ", ".join(f"argument_{i}" for i in range(12)) + ")", "ok"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with check_browser.Browser(CHROME) as b:
+        yield b
+
+
+def measured(browser, tmp_path, html: str, width: int) -> tuple[dict, list[str]]:
+    path = tmp_path / f"p{width}.html"
+    path.write_text(html)
+    report = check_layout.measure(browser, path, width)
+    return report, check_layout.problems_of(report)
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_a_page_that_fits_passes(browser, tmp_path, width):
+    report, problems = measured(browser, tmp_path, GOOD, width)
+    assert problems == [], problems
+    assert len(report["math"]) == 1 and report["math"][0]["number"] == "(1.1)"
+    assert {b["kind"] for b in report["blocks"]} == {"code", "output"}
+
+
+def test_planted_too_wide_equation_is_reported_at_1280(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, WIDE_EQUATION, 1280)
+    wide = next(m for m in report["math"] if m["id"] == "equation-wide")
+    assert wide["math"] == 1100 and wide["column"] == COLUMN
+    assert wide["needed"] > 1100 + wide["number_px"]  # the number and the gap count
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"equation (1.2) #equation-wide in '1.1. A section' is {wide['needed']} px "
+                                  f"wide with its number (1100 px + {wide['number_px']} px) in a {COLUMN} px column")
+
+
+def test_at_400_px_a_wide_equation_scrolls_in_its_own_box_under_its_number(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, WIDE_EQUATION, 400)
+    assert problems == [], problems  # not too wide for a phone: it scrolls, and nothing covers it
+    wide = next(m for m in report["math"] if m["id"] == "equation-wide")
+    assert wide["overflows"] and wide["overflow_x"] == "auto" and not wide["overlap"]
+    assert wide["box_right"] <= wide["column_right"]
+
+
+def test_planted_number_over_an_equation_that_does_not_scroll(browser, tmp_path):
+    """Without companion.css (the theme's float and no scrolling box), what issue 25 saw: the number sits
+    on the equation and the right-hand part is cut or past the column. The check says so."""
+    html = page(equation("1.2", 1100, "wide"), stylesheet=False).replace(
+        "<article", "<style>mjx-container { overflow: hidden; }</style><article")
+    _, problems = measured(browser, tmp_path, html, 400)
+    assert any("equation (1.2) #equation-wide" in p and "does not scroll" in p for p in problems), problems
+    assert any("its number covers the equation" in p for p in problems), problems
+
+
+def test_planted_too_long_output_line_is_reported(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, LONG_OUTPUT, 1280)
+    out = next(b for b in report["blocks"] if b["kind"] == "output")
+    assert out["content"] > COLUMN and out["chars"] == len("check: all 5 cases pass " + "(a case that passes) " * 8)
+    assert problems == [f"output of cell 1 (pre) in '1.1. A section': longest line {out['chars']} characters "
+                        f"'check: all 5 cases pass (a case that pas...' is {out['content']} px wide in a "
+                        f"{COLUMN} px column"]
+    # At 400 px the same output scrolls inside its own box: no problem there.
+    assert measured(browser, tmp_path, LONG_OUTPUT, 400)[1] == []
+
+
+def test_planted_too_long_code_line_is_reported(browser, tmp_path):
+    _, problems = measured(browser, tmp_path, LONG_CODE, 1280)
+    assert len(problems) == 1 and problems[0].startswith("code cell 1 (pre) in '1.1. A section': longest line")
+
+
+def test_a_box_that_does_not_scroll_is_reported_at_400(browser, tmp_path):
+    html = LONG_OUTPUT.replace("</style>", "div.cell pre { overflow-x: visible; white-space: pre; }</style>")
+    _, problems = measured(browser, tmp_path, html, 400)
+    assert any(p.startswith("output of cell 1 (pre)") and ("does not scroll" in p or "past the column" in p)
+               for p in problems), problems
+
+
+@pytest.mark.skipif(not MATHJAX.exists(), reason="MathJax not vendored (python tools/vendor_assets.py _vendor)")
+def test_real_mathjax_equation_is_measured(browser, tmp_path):
+    tex = r"\mathrm{softmax}" + "".join(rf"\left(\frac{{q_{i} k_{i}^T}}{{\sqrt{{d}}}}\right) + " for i in range(8)) + "c"
+    html = page(f'<div class="math notranslate nohighlight" id="equation-real"><span class="eqno">(2.1)</span>'
+                f"\\[{tex}\\]</div>").replace("</head>", f'<script defer src="{MATHJAX.resolve().as_uri()}"></script></head>')
+    report, problems = measured(browser, tmp_path, html, 1280)
+    (m,) = report["math"]
+    assert m["math"] > COLUMN and any("equation (2.1) #equation-real" in p for p in problems), (m, problems)
+    report, problems = measured(browser, tmp_path, html, 400)
+    assert problems == [] and report["math"][0]["overflows"], problems
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_screenshot_shows_each_element_where_the_page_lays_it_out(browser, tmp_path, width):
+    """A sticky header and sidebar and coloured blocks far down the page: in the saved screenshot each block
+    is at the x and y the page reports (no shift), and the header is drawn once at the top."""
+    Image = pytest.importorskip("PIL.Image")
+    blocks = "".join(f'<div id="b{i}" style="margin-top: 1400px; height: 60px; width: 120px; background: '
+                     f'rgb({40 * i}, 200, 0)"></div>' for i in range(1, 5))
+    html = ('<!doctype html><html><head><style>body { margin: 0 } header { position: sticky; top: 0; height: 50px;'
+            ' background: rgb(0, 0, 255); z-index: 2 } .side { position: sticky; top: 50px; float: left; width: 25vw;'
+            ' height: 100vh; background: rgb(250, 250, 0) } main { margin-left: 25vw; padding-left: 100px }</style>'
+            f'</head><body><header></header><div class="side"></div><main>{blocks}</main></body></html>')
+    path = tmp_path / "shot.html"
+    path.write_text(html)
+    browser.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+    mark = len(browser.events)
+    browser.call("Page.navigate", url=path.as_uri())
+    browser.wait_for("Page.loadEventFired", since=mark)
+    boxes = browser.call("Runtime.evaluate", returnByValue=True, expression=(
+        "JSON.stringify(Array.from(document.querySelectorAll('main div')).map((d) => {"
+        " const r = d.getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY]; }))"))["result"]["value"]
+    shot = Image.open(io.BytesIO(check_browser.screenshot(browser, width))).convert("RGB")
+    assert shot.width == width
+    import json
+
+    for i, (x, y) in enumerate(json.loads(boxes), start=1):
+        assert shot.getpixel((int(x) + 60, int(y) + 30)) == (40 * i, 200, 0), (i, x, y)
+        assert shot.getpixel((int(x) - 5, int(y) + 30)) == (255, 255, 255)
+        assert shot.getpixel((5, int(y) + 30)) == (250, 250, 0)  # the sidebar beside it, as a reader sees
+    assert shot.getpixel((width // 2, 10)) == (0, 0, 255)  # the header at the top
+    assert shot.getpixel((width - 5, 2000)) == (255, 255, 255)  # and drawn only there
