@@ -357,6 +357,8 @@ class Decoder(nn.Module):
         c = self.config
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must hold at least one token per sequence (T >= 1); got shape {tuple(idx.shape)}")
         checks = not compiling()  # torch.compile: no host reads of tensor values (the engine checked its inputs)
         B, T = idx.shape
         start = cache.length if cache is not None else 0

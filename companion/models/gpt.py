@@ -127,6 +127,8 @@ class GPT(nn.Module):
         c = self.config
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must hold at least one token per sequence (T >= 1); got shape {tuple(idx.shape)}")
         if idx.numel() and (int(idx.max()) >= c.vocab_size or int(idx.min()) < 0):
             raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{int(idx.min())}, {int(idx.max())}]")
         start = cache.length if cache is not None else 0

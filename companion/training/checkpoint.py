@@ -8,6 +8,8 @@ What this module provides
 - ``build_model(config, max_elements=None)``: a model from a config.json dict, sizes bounded first.
 - ``save_checkpoint(run_dir, step, model, tokenizer=None, state=None, keep=2) -> Path``: writes
   ``run_dir/step-00000200/`` and points ``run_dir/latest`` at it.
+- ``CheckpointNotWritten``: what ``save_checkpoint`` raises when the disk fails it (full, a quota):
+  an OSError whose message says that nothing partial was left and which step ``latest`` names.
 - ``check_run_dir(run_dir)``: fails (ValueError) unless checkpoints can be written there; the trainer
   calls it before its first step.
 - ``resolve(path) -> Path``: a run directory (follows ``latest``) or one step directory.
@@ -81,7 +83,7 @@ from companion.models import unwrap
 __all__ = [
     "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "resolve",
     "load_model", "load_weights", "read_weights", "load_state", "load_tokenizer", "encode_state", "decode_state",
-    "atomic_write_bytes", "FORMAT", "FIELD_LIMITS", "MAX_ELEMENTS", "FAULT_ENV",
+    "atomic_write_bytes", "FORMAT", "FIELD_LIMITS", "MAX_ELEMENTS", "FAULT_ENV", "CheckpointNotWritten",
 ]
 
 FORMAT = "companion-checkpoint/1"
@@ -263,6 +265,22 @@ def _safetensors(tensors: dict[str, Tensor], metadata: dict[str, str]) -> bytes:
     return raw[:8] + text + b" " * (n - len(text)) + raw[8 + n :]
 
 
+class CheckpointNotWritten(OSError):
+    """A save failed on the disk (full, a quota, an I/O error): nothing of the new step was left
+    behind and ``latest`` still names the previous one. ``errno`` is the failure's."""
+
+
+def _not_written(run_dir: Path, step: int, error: OSError) -> CheckpointNotWritten:
+    pointer = run_dir / _LATEST
+    previous = pointer.read_text(errors="replace").strip() if pointer.is_file() else None
+    kept = f"'latest' still names {previous}" if previous else "the run has no earlier checkpoint"
+    failure = CheckpointNotWritten(
+        f"checkpoint of step {step} not written to {run_dir}: {error.strerror or error} (nothing of it was left "
+        f"behind; {kept}). Free some space, then continue with --resume {run_dir}")
+    failure.errno = error.errno
+    return failure
+
+
 def check_run_dir(run_dir: Path | str) -> Path:
     """Create ``run_dir`` if needed and prove a file can be written in it; ValueError otherwise (a
     path naming a file, a parent that is a file, a read-only or unwritable folder). Returns it."""
@@ -439,9 +457,10 @@ def save_checkpoint(
         version += 1
         final = run_dir / f"{base}.{version}"
 
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{base}.", suffix=".tmp"))
-    _done("mkdir")
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{base}.", suffix=".tmp"))
+        _done("mkdir")
         for name, data in files.items():
             _write_file(tmp / name, data)
         if tokenizer is not None:
@@ -455,16 +474,26 @@ def save_checkpoint(
         os.replace(tmp, final)  # a fresh name: nothing is replaced, nothing lies half-swapped
         _fsync_dir(run_dir)
         _done("rename step")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as error:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise _not_written(run_dir, step, error) from error
         raise
     # flip `latest` (temporary file, fsync, os.replace): before this, `latest` names the old step
-    fd, pointer = tempfile.mkstemp(dir=run_dir, prefix=f".{_LATEST}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write((final.name + "\n").encode())
-        handle.flush()
-        os.fchmod(handle.fileno(), 0o644)
-        os.fsync(handle.fileno())
+    pointer = None
+    try:
+        fd, pointer = tempfile.mkstemp(dir=run_dir, prefix=f".{_LATEST}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((final.name + "\n").encode())
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)
+            os.fsync(handle.fileno())
+    except OSError as error:  # the new step is complete but not yet `latest`: take it back too
+        if pointer is not None:
+            Path(pointer).unlink(missing_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+        raise _not_written(run_dir, step, error) from error
     _done("write latest")
     os.replace(pointer, run_dir / _LATEST)
     _fsync_dir(run_dir)

@@ -219,10 +219,20 @@ def build_run(args):
         else:
             name = args.preset
             sizes = {"vocab_size": vocab, "max_seq_len": max(length, PRESETS[name].get("max_seq_len", 256))}
-        model = from_preset(name, **{**sizes, **overrides})  # each family names its own length field
+        with torch.device("meta"):  # shapes only: the memory estimate comes before any allocation
+            shape = from_preset(name, **{**sizes, **overrides})  # each family names its own length field
     except (TypeError, ZeroDivisionError) as e:
         settings = " ".join(f"--set {item}" for item in args.set) or "the preset"
         raise ValueError(f"the model cannot be built from {settings}: {e}") from None
+    if not args.no_memory_check:
+        from companion.training import memory
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        note = memory.check(shape, args.batch_size, length, device)
+        if note:
+            print(note, file=sys.stderr)
+    del shape
+    model = from_preset(name, **{**sizes, **overrides})
     config = TrainConfig(
         steps=args.steps, max_seconds=args.max_seconds or None, grad_accum=args.grad_accum, lr=args.lr,
         optimizer=args.optimizer, weight_decay=args.weight_decay, schedule=args.schedule, warmup=args.warmup,
@@ -234,7 +244,7 @@ def build_run(args):
 
 
 def cmd_train(args) -> int:
-    from companion.training.checkpoint import check_run_dir
+    from companion.training.checkpoint import CheckpointNotWritten, check_run_dir
     from companion.training.resume import prepare_out_dir
     from companion.training.trainer import NonFiniteLoss, Trainer, check_device
 
@@ -266,7 +276,7 @@ def cmd_train(args) -> int:
             print(f"train: {moved}", file=sys.stderr)
     try:
         history = trainer.fit()
-    except NonFiniteLoss as e:
+    except (NonFiniteLoss, CheckpointNotWritten) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if trainer.rank == 0:
@@ -439,6 +449,9 @@ def add_subcommands(sub) -> None:
     t.add_argument("--override", action="store_true", help="with --resume: apply the changed hyper-parameters (lr, "
                    "schedule and its total steps, weight decay, betas) instead of refusing them; each is reported")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--no-memory-check", action="store_true", help="skip the estimate of the memory the run needs "
+                   "(weights, gradients, optimizer state, activations, attention scores), which refuses a run that "
+                   "cannot fit before anything is allocated")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser(
