@@ -58,3 +58,14 @@ def test_capability_is_none_off_cuda():
     assert cuda_capability("cpu") is None
     if not torch.cuda.is_available():
         assert cuda_capability() is None
+
+
+def test_the_triton_entry_points_refuse_bf16_on_a_t4(monkeypatch):
+    from types import SimpleNamespace
+
+    from companion.kernels import _triton
+
+    monkeypatch.setattr(_triton, "cuda_capability", lambda device: T4)
+    q = SimpleNamespace(is_cuda=True, device="cuda:0", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="backend='triton': .*bfloat16.*7.5"):
+        _triton.require_runtime(q, False, what="backend='triton'", cpu_choice="-", module="-")

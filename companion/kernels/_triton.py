@@ -8,8 +8,9 @@ What this module provides
 - ``LOG2E``: log2(e). The kernels compute exp(x) as exp2(x * log2 e), the exponential the hardware has.
 - ``runnable(interpret)``: triton is installed and a kernel can run (CUDA present, or the interpreter).
 - ``require_runtime(q, interpret, what=, cpu_choice=, module=)``: the checks every kernel entry point
-  makes first: a ValueError for tensors off CUDA (outside the interpreter), then an ImportError naming
-  the package to install.
+  makes first: a ValueError for tensors off CUDA (outside the interpreter) or a dtype the GPU's compute
+  capability cannot run (``companion.precision.triton_refusal``: bf16 needs 8.0), then an ImportError
+  naming the package to install.
 
 ``companion.kernels.triton_flash`` and ``companion.kernels.triton_paged`` each re-export ``triton``,
 ``tl``, ``INTERPRET`` and ``triton_available()``; their ``INTERPRET`` is their own module attribute
@@ -22,6 +23,8 @@ import os
 
 import torch
 from torch import Tensor
+
+from companion.precision import cuda_capability, triton_refusal
 
 try:  # optional dependency: the rest of the package must import without it
     import triton
@@ -49,5 +52,9 @@ def require_runtime(q: Tensor, interpret: bool, *, what: str, cpu_choice: str, m
             f"{what} needs CUDA tensors; q is on {q.device}. Use {cpu_choice} on a CPU, or set TRITON_INTERPRET=1 "
             f"before importing {module} to run the kernels slowly under Triton's interpreter."
         )
+    if q.is_cuda and not interpret:
+        refusal = triton_refusal(q.dtype, cuda_capability(q.device))  # bf16 needs 8.0: a T4 is 7.5
+        if refusal is not None:
+            raise ValueError(f"{what}: {refusal}")
     if triton is None:
         raise ImportError(f"{what} needs the triton package: pip install 'companion[triton]' (or pip install triton)")
