@@ -20,6 +20,7 @@ from companion.engine import Engine
 from companion.engine.bench import serve_benchmark
 from companion.inference.generate import SamplingParams, generate
 from companion.models import from_preset
+from companion.cache import LayerCache, PackedLayerView
 from companion.inference.paged import PagedKVCache
 
 
@@ -30,30 +31,94 @@ def fit_exponent(xs, ys) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
-def bench_decode(lengths=(32, 64, 128, 256, 512), repeats=3) -> None:
-    """Total time to generate N tokens from a 1-token prompt, without and with a KV cache."""
+class ConcatLayerCache(LayerCache):
+    """The contiguous cache as it was before issue 28 (kept here as the baseline): every step makes a
+    new tensor with ``torch.cat`` (a copy of the whole cache), and the decode loop went through the
+    packed multi-sequence view (a (1, S) same-sequence mask and a masked attention) even for one
+    sequence. Global layers only."""
+
+    def __init__(self):
+        self.length, self.positions, self.rows = 0, None, None
+
+    def update(self, positions, *rows):
+        if self.rows is None:
+            self.positions, self.rows = positions, tuple(rows)
+        else:
+            self.positions = torch.cat((self.positions, positions))
+            self.rows = tuple(torch.cat((old, new), dim=-2) for old, new in zip(self.rows, rows))
+        self.length += positions.shape[0]
+        return self.positions, self.rows
+
+
+class _PackedOfOne(PackedLayerView):
+    """The packed view the old decode loop built around its one sequence's layer."""
+
+    def update(self, positions, *rows):
+        self.new_lengths = [positions.shape[0]]
+        return super().update(positions, *rows)
+
+
+class ConcatModelCache:
+    def __init__(self, n_layers):
+        self.layers = [_PackedOfOne([ConcatLayerCache()], [1]) for _ in range(n_layers)]
+
+    def layer(self, i):
+        return self.layers[i]
+
+    @property
+    def length(self):
+        return self.layers[0].views[0].length
+
+    def nbytes(self):
+        return sum(sum(r.numel() * r.element_size() for r in layer.views[0].rows or ()) for layer in self.layers)
+
+
+def bench_decode(lengths=(128, 512, 1024), repeats=3, d_model=256, n_layers=4) -> dict:
+    """Total time to generate N tokens from a 1-token prompt: recomputing everything each step, the
+    concatenating cache of before (``ConcatModelCache``) and the preallocated cache (``model.new_cache()``,
+    ``companion.cache.ContiguousLayerCache``). The three runs are interleaved within each repeat
+    (the order rotating), and each time is the median of ``repeats``; the ratios are of medians."""
+    import statistics
+
     torch.manual_seed(0)
-    model = from_preset("llama-like", d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=1024).eval()
-    print(f"\n### Decode cost versus generated length (llama-like, d=128, 4 layers, greedy, 1-token prompt; min of {repeats} runs)\n")
-    print("| N | no cache (s) | contiguous cache (s) | ratio |")
-    print("|---:|---:|---:|---:|")
-    rows = {"none": [], "contiguous": []}
+    model = from_preset("llama-like", d_model=d_model, n_layers=n_layers, n_heads=4, n_kv_heads=2,
+                        max_seq_len=max(lengths) + 1).eval()
+    new_cache = model.new_cache
+    modes = {"none": ("none", None), "before": ("contiguous", lambda: ConcatModelCache(n_layers)),
+             "after": ("contiguous", new_cache)}
+    print(f"\n### Decode cost versus generated length (llama-like, d={d_model}, {n_layers} layers, greedy, "
+          f"1-token prompt; median of {repeats} interleaved runs, {torch.get_num_threads()} thread(s))\n")
+    print("| N | no cache (s) | concatenating cache, before (s) | preallocated cache (s) | "
+          "recompute / before | recompute / after | before / after | tokens identical |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = {m: [] for m in modes}
+    out = {}
     for n in lengths:
-        t = {}
-        for mode in rows:
-            runs = []
-            for _ in range(repeats):  # the minimum of a few runs: least disturbed by other jobs
+        runs, toks = {m: [] for m in modes}, {}
+        generate(model, [1], cache="contiguous", max_new_tokens=8)  # warm-up
+        for rep in range(repeats):
+            order = list(modes)[rep % 3:] + list(modes)[: rep % 3]
+            for m in order:
+                cache, factory = modes[m]
+                model.new_cache = factory or new_cache
                 start = time.perf_counter()
-                generate(model, [1], cache=mode, max_new_tokens=n)
-                runs.append(time.perf_counter() - start)
-            t[mode] = min(runs)
-            rows[mode].append(t[mode])
-        print(f"| {n} | {t['none']:.2f} | {t['contiguous']:.2f} | {t['none'] / t['contiguous']:.1f} |")
-    print(
-        f"\nFitted exponent k in total time ~ N^k: no cache {fit_exponent(lengths, rows['none']):.2f}, "
-        f"cache {fit_exponent(lengths, rows['contiguous']):.2f} (asymptotically 3 and 2 for the attention term; "
-        "at toy width the per-step fixed cost and the O(N) projections/MLP dominate, so measured exponents sit lower)."
-    )
+                toks[m] = generate(model, [1], cache=cache, max_new_tokens=n).tokens
+                runs[m].append(time.perf_counter() - start)
+        model.new_cache = new_cache
+        t = {m: statistics.median(runs[m]) for m in modes}
+        for m in modes:
+            rows[m].append(t[m])
+        same = toks["none"] == toks["before"] == toks["after"]
+        out[n] = t
+        print(f"| {n} | {t['none']:.2f} | {t['before']:.2f} | {t['after']:.2f} | {t['none'] / t['before']:.1f}x | "
+              f"**{t['none'] / t['after']:.1f}x** | {t['before'] / t['after']:.2f}x | {same} |")
+    print(f"\nFitted exponent k in total time ~ N^k: no cache {fit_exponent(lengths, rows['none']):.2f}, "
+          f"cache before {fit_exponent(lengths, rows['before']):.2f}, after {fit_exponent(lengths, rows['after']):.2f}.")
+    for n, goal in ((512, 10), (1024, 20)):
+        if n in out:
+            r = out[n]["none"] / out[n]["after"]
+            print(f"Goal (cache >= {goal}x recompute at N = {n}): {'met' if r >= goal else 'NOT met'} ({r:.1f}x)")
+    return out
 
 
 def _trace(rng, n, ctx):
@@ -225,6 +290,10 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     hf = to_hf(model, attn_implementation="sdpa").to(device=device, dtype=dtype).eval()
+    # No end-of-sequence token: the engine's requests stop only at their length, so generate() must
+    # too. (``to_hf`` names token 2 as eos; with it, min_new_tokens would forbid transformers from
+    # choosing token 2 where its own argmax is 2, and the two would part ways for that reason alone.)
+    hf.generation_config.eos_token_id = None
     n_requests = len(prompts)
     ids, att = (t.to(device) for t in left_padded(prompts))
     L = ids.shape[1]
@@ -238,7 +307,7 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
             kw = dict(cache_implementation="static", compile_config=cc)
         sync()
         start = time.perf_counter()
-        out = hf.generate(ids, attention_mask=att, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, use_cache=True, **kw)
+        out = hf.generate(ids, attention_mask=att, max_new_tokens=n, do_sample=False, pad_token_id=0, use_cache=True, **kw)
         sync()
         wall = time.perf_counter() - start
         return wall, [row[:k] for row, k in zip(out[:, L:].tolist(), lens)]
@@ -297,6 +366,8 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
             warm = f"{first[w, r]:.1f} ({first[w, r] - med:.1f})" if r.endswith("_c") else f"{first[w, r]:.2f}"
             print(f"| {label} | {names[r]} | {med:.3f} | {total / med:.0f} | {statistics.median(times[w, 'hf']) / med:.2f}x | "
                   f"{min(ratios):.2f}-{max(ratios):.2f} | {same}/{n_requests} | {warm} |")
+    for (w, r), toks in tokens.items():  # greedy on the same weights: every request token for token
+        assert toks == tokens[w, "hf"], f"{w}, {r}: {sum(a == b for a, b in zip(toks, tokens[w, 'hf']))}/{n_requests} identical"
     print("\nwarm-up s: the untimed first run; for the compiled runs (in parentheses) minus the timed median, i.e. the compile time.")
     if "engine_c" in runs:
         for w in workloads:

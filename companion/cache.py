@@ -72,23 +72,100 @@ class LayerCache:
 
 
 class ContiguousLayerCache(LayerCache):
-    """Per-layer storage as plain tensors grown by concatenation along dim -2.
+    """Per-layer storage in preallocated tensors, written in place along dim -2.
+
+    The rows live in buffers (..., capacity, d) allocated on the first ``update`` and written row by
+    row: a decode step costs the write of its one new row, not a copy of the whole cache (as
+    ``torch.cat`` would). When the buffers are full they are reallocated at twice the size, so the
+    copies add up to at most twice the rows stored (amortised O(1) per row). ``update`` returns views
+    of the stored part; they stay valid until the next ``update``.
 
     Args:
-        window: if set, a sliding-window layer of width w: after each append only the rows that a
-            future query (position >= length) may still read are kept, i.e. the last w - 1.
+        window: if set, a sliding-window layer of width w: a future query (position >= length) reads
+            only the last w - 1 rows, so only those (plus the kept ones) are returned and counted;
+            the older rows are dropped when the buffer fills (the live rows move to its front).
         keep: number of initial positions never evicted (StreamingLLM "attention sink" tokens).
+        capacity: initial rows per buffer (default 256; grows by doubling).
     """
 
-    def __init__(self, window: int | None = None, keep: int = 0):
+    def __init__(self, window: int | None = None, keep: int = 0, capacity: int = 256):
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None; got {window}")
         if keep < 0:
             raise ValueError(f"keep must be >= 0; got {keep}")
-        self.window, self.keep = window, keep
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1; got {capacity}")
+        self.window, self.keep, self.capacity = window, keep, capacity
         self.length = 0
-        self.positions: Tensor | None = None  # (S_stored,)
-        self.rows: tuple[Tensor, ...] | None = None
+        # Buffer rows [0, _n) hold the positions [length - _n, length), in order. Kept initial rows
+        # that a window layer's compaction moved out of the buffer wait in _kept (positions, rows).
+        self._pos: Tensor | None = None  # (capacity,)
+        self._buf: tuple[Tensor, ...] | None = None  # each (..., capacity, d)
+        self._n = 0
+        self._kept: tuple[Tensor, tuple[Tensor, ...]] | None = None
+
+    def _first_live(self, lowest: int) -> int:
+        """Buffer row of position max(lowest, first stored): rows below it are out of the window."""
+        return min(self._n, max(0, lowest - (self.length - self._n)))
+
+    def _live(self, lowest: int) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Positions and rows readable by queries whose window starts at ``lowest``: the kept initial
+        rows below it, then the contiguous rows from ``lowest`` on (views where no kept row interferes)."""
+        r0 = self._first_live(lowest)
+        pos, rows = self._pos[r0 : self._n], tuple(b[..., r0 : self._n, :] for b in self._buf)
+        base = self.length - self._n
+        n_kept = max(0, min(self.keep - base, r0))  # kept rows still in the buffer, below r0
+        if self._kept is None and not n_kept:
+            return pos, rows
+        parts_pos = [self._pos[:n_kept], pos]
+        parts_rows = [[b[..., :n_kept, :], r] for b, r in zip(self._buf, rows)]
+        if self._kept is not None:
+            parts_pos.insert(0, self._kept[0])
+            for acc, k in zip(parts_rows, self._kept[1]):
+                acc.insert(0, k)
+        return torch.cat(parts_pos), tuple(torch.cat(acc, dim=-2) for acc in parts_rows)
+
+    def _lowest(self, length: int) -> int:
+        """The lowest position a query at position >= ``length`` reads through the window."""
+        return 0 if self.window is None else length - self.window + 1
+
+    def _make_room(self, T: int, like: Sequence[Tensor], positions: Tensor) -> None:
+        """Ensure T free rows after row _n: drop rows out of the window first, then grow."""
+        if self._buf is None:
+            cap = max(self.capacity, T)
+            self._pos = torch.empty(cap, dtype=positions.dtype, device=positions.device)
+            self._buf = tuple(r.new_empty(*r.shape[:-2], cap, r.shape[-1]) for r in like)
+            return
+        if len(like) != len(self._buf):
+            raise ValueError(f"this cache stores {len(self._buf)} tensors per row; got {len(like)}")
+        cap = self._pos.shape[0]
+        if self._n + T <= cap:
+            return
+        r0 = self._first_live(self._lowest(self.length))
+        if r0:  # a window layer: move the live rows to the front (kept initial rows to _kept)
+            base = self.length - self._n
+            n_kept = max(0, min(self.keep - base, r0))
+            if n_kept:
+                kp, kr = self._pos[:n_kept].clone(), tuple(b[..., :n_kept, :].clone() for b in self._buf)
+                if self._kept is not None:
+                    kp = torch.cat((self._kept[0], kp))
+                    kr = tuple(torch.cat((a, b), dim=-2) for a, b in zip(self._kept[1], kr))
+                self._kept = (kp, kr)
+            m = self._n - r0
+            self._pos[:m] = self._pos[r0 : self._n].clone()
+            for b in self._buf:
+                b[..., :m, :] = b[..., r0 : self._n, :].clone()
+            self._n = m
+        if self._n + T > cap:  # grow: double (at least to fit)
+            new_cap = max(2 * cap, self._n + T)
+            pos = self._pos.new_empty(new_cap)
+            pos[: self._n] = self._pos[: self._n]
+            bufs = []
+            for b in self._buf:
+                nb = b.new_empty(*b.shape[:-2], new_cap, b.shape[-1])
+                nb[..., : self._n, :] = b[..., : self._n, :]
+                bufs.append(nb)
+            self._pos, self._buf = pos, tuple(bufs)
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         T = positions.shape[0]
@@ -96,32 +173,61 @@ class ContiguousLayerCache(LayerCache):
             raise ValueError(f"every stored tensor needs T={T} rows in dim -2; got {[tuple(r.shape) for r in rows]}")
         if T and int(positions[0]) != self.length:
             raise ValueError(f"new rows must start at position cache.length={self.length}; got {int(positions[0])}")
-        if self.rows is None:
-            all_pos, all_rows = positions, tuple(rows)
-        else:
-            if len(rows) != len(self.rows):
-                raise ValueError(f"this cache stores {len(self.rows)} tensors per row; got {len(rows)}")
-            all_pos = torch.cat((self.positions, positions))
-            all_rows = tuple(torch.cat((old, new), dim=-2) for old, new in zip(self.rows, rows))
+        if self._buf is not None and any(r.shape[:-2] != b.shape[:-2] or r.shape[-1] != b.shape[-1]
+                                         for r, b in zip(rows, self._buf)):
+            raise ValueError(f"rows {[tuple(r.shape) for r in rows]} do not match the stored "
+                             f"{[tuple(b.shape) for b in self._buf]} outside dim -2")
+        self._make_room(T, rows, positions)
+        n = self._n
+        self._pos[n : n + T] = positions
+        for b, r in zip(self._buf, rows):
+            b[..., n : n + T, :] = r
+        lowest = self._lowest(self.length)  # what the new queries read: as before these rows came
+        self._n += T
         self.length += T
-        self.positions, self.rows = all_pos, all_rows
-        if self.window is not None:
-            # A future query at p >= length reads positions > p - window, i.e. >= length - window + 1,
-            # plus the kept initial positions.
-            alive = (all_pos >= self.length - self.window + 1) | (all_pos < self.keep)
-            if not bool(alive.all()):
-                idx = alive.nonzero().squeeze(1)
-                self.positions = all_pos[idx]
-                self.rows = tuple(r.index_select(-2, idx.to(r.device)) for r in all_rows)
-        return all_pos, all_rows
+        return self._live(lowest)
+
+    @property
+    def positions(self) -> Tensor | None:
+        """Positions of the rows a future query may read (S_stored,), in order."""
+        return None if self._buf is None else self._live(self._lowest(self.length))[0]
+
+    @property
+    def rows(self) -> tuple[Tensor, ...] | None:
+        """The stored rows a future query may read, each (..., S_stored, d)."""
+        return None if self._buf is None else self._live(self._lowest(self.length))[1]
+
+    @rows.setter
+    def rows(self, new: Sequence[Tensor]) -> None:
+        """Replace the stored rows (same positions, e.g. reordered along the batch by beam search)."""
+        pos = self.positions
+        if pos is None or any(r.shape[-2] != pos.shape[0] for r in new):
+            raise ValueError("rows can only be replaced by tensors with one row per stored position")
+        n_kept = int((pos < self._lowest(self.length)).sum())  # kept rows below the window
+        self._kept = None if not n_kept else (pos[:n_kept].clone(), tuple(r[..., :n_kept, :].clone() for r in new))
+        self._pos = pos[n_kept:].clone()
+        self._buf = tuple(r[..., n_kept:, :].contiguous().clone() for r in new)
+        self._n = self._pos.shape[0]
 
     @property
     def stored(self) -> int:
-        """Rows currently held (<= length; smaller for a windowed layer)."""
-        return 0 if self.positions is None else int(self.positions.shape[0])
+        """Rows currently readable (<= length; smaller for a windowed layer)."""
+        if self._buf is None:
+            return 0
+        r0 = self._first_live(self._lowest(self.length))
+        n_kept = max(0, min(self.keep - (self.length - self._n), r0))
+        return self._n - r0 + n_kept + (0 if self._kept is None else int(self._kept[0].shape[0]))
 
     def nbytes(self) -> int:
-        return 0 if self.rows is None else sum(r.numel() * r.element_size() for r in self.rows)
+        """Bytes of the readable rows (the buffers' spare capacity is not counted)."""
+        if self._buf is None:
+            return 0
+        S = self.stored
+        return sum(b[..., :1, :].numel() * S * b.element_size() for b in self._buf)
+
+    def capacity_nbytes(self) -> int:
+        """Bytes allocated, spare capacity included."""
+        return 0 if self._buf is None else sum(b.numel() * b.element_size() for b in self._buf)
 
 
 class ModelCache:
@@ -204,4 +310,6 @@ class PackedBatchCache:
     def layer(self, i: int):
         if self._packed is not None:
             return self._packed.layer(i)
+        if len(self.caches) == 1:  # one sequence (a decode loop): its own view, no packing to do
+            return self.caches[0].layer(i)
         return PackedLayerView([c.layer(i) for c in self.caches], self.new_lengths)

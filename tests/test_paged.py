@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from companion.accounting import kv_cache_bytes, mla_cache_bytes
-from companion.inference.generate import packed_forward
+from companion.inference.generate import SamplingParams, packed_forward
 from companion.inference.kvquant import bytes_per_group, dequantize, quantize
 from companion.models import from_preset
 from companion.inference.block_manager import BlockManager, PoolExhausted
@@ -254,3 +254,41 @@ def test_page_slots_is_the_slot_formula_every_path_uses():
     seqs = [kv.new_sequence(), kv.new_sequence()]
     batch = PagedBatch(kv, seqs, [5, 2])
     assert torch.equal(batch.write_slots, torch.cat([page_slots(torch.tensor(s.table), 3)[:n] for s, n in zip(seqs, [5, 2])]))
+
+
+def _prefix_run(engine, prompts):
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=4))
+    return [o.tokens for o in outs], engine.stats["prefill_tokens_fed"]
+
+
+@pytest.mark.parametrize("how", ["no_grad", "load_state_dict", "data"])
+def test_prefix_pages_are_not_shared_after_the_weights_change(how):
+    """Issue 27, item 3: a page computed with the old weights must not be mapped after the weights
+    change in place (a merged LoRA update): same tokens, different K/V."""
+    from companion.engine import Engine
+
+    torch.manual_seed(0)
+    model = from_preset("llama-like", max_seq_len=128).eval()
+    prompt = list(range(40))
+    engine = Engine(model, page_size=8, n_pages=64, max_seqs=4)
+    engine.generate([prompt], SamplingParams(max_new_tokens=4))  # registers the prompt's pages
+    fed = engine.stats["prefill_tokens_fed"]
+    engine.generate([prompt], SamplingParams(max_new_tokens=4))
+    assert engine.stats["prefill_tokens_fed"] - fed < len(prompt)  # shared while the weights are unchanged
+    w = model.layers[0].attn.qkv.weight
+    delta = 0.5 * torch.randn_like(w)
+    if how == "no_grad":
+        with torch.no_grad():
+            w += delta
+    elif how == "load_state_dict":
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        state["layers.0.attn.qkv.weight"] += delta
+        model.load_state_dict(state)
+    else:  # through .data: invisible to the version counter, so the engine is told
+        w.data += delta
+        engine.weights_changed()
+    fed = engine.stats["prefill_tokens_fed"]
+    got = engine.generate([prompt], SamplingParams(max_new_tokens=4))[0].tokens
+    assert engine.stats["prefill_tokens_fed"] - fed == len(prompt)  # every prompt token recomputed
+    fresh = Engine(model, page_size=8, n_pages=64, max_seqs=4, prefix_sharing=False)
+    assert got == fresh.generate([prompt], SamplingParams(max_new_tokens=4))[0].tokens

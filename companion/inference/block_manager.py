@@ -50,6 +50,15 @@ class BlockManager:
     def n_free(self) -> int:
         return len(self.free_list)
 
+    def rename(self, namespace: str) -> None:
+        """A new namespace (h_0): every page loses its name, so nothing computed before can be shared
+        afterwards (pages in use stay with their holders; a chain hashed from the old root never
+        matches a new one, so a running sequence's later registrations cannot be shared either)."""
+        self.root = hashlib.sha256(namespace.encode()).digest()
+        self.unnamed += len(self.hash_of)
+        self.hash_of.clear()
+        self.page_of.clear()
+
     def pages_for(self, n_tokens: int) -> int:
         return math.ceil(n_tokens / self.page_size)
 

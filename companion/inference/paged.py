@@ -11,8 +11,10 @@ l holds the same tokens as page i of every other layer, so one allocation serves
 
 Prefix sharing. Full pages are named by a hash chain over their tokens,
     h_0 = H(namespace),  h_k = H(h_{k-1}, tokens of page k),
-where the namespace holds everything else that changes K/V: the model's identity and config, the
-position scheme (positions start at 0 here), and the storage format (dtype, bits). Equal h_k means
+where the namespace holds everything else that changes K/V: the model's identity, the version of its
+weights (``weights_version``: a pool checks it whenever a sequence may map shared pages, and drops
+every name when it changed), its config, the position scheme (positions start at 0 here), and the
+storage format (dtype, bits). Equal h_k means
 equal tokens at equal positions after equal prefixes, hence equal K/V in every layer, so a new
 sequence whose prompt starts with registered pages maps them into its table (reference count + 1)
 and skips computing them. A page is only written by a sequence that holds the sole reference: a
@@ -52,6 +54,8 @@ What this module provides
 
 from __future__ import annotations
 
+import hashlib
+
 import math
 from functools import cached_property
 from typing import Sequence
@@ -83,10 +87,25 @@ def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
     return [[(c.kv_heads, c.attn_head_dim)] * 2 for _ in range(c.n_layers)]
 
 
+def weights_version(model: nn.Module) -> tuple:
+    """A key that changes when the model's weights change: for every parameter and buffer, its
+    identity, its storage address and torch's version counter, which every in-place change made
+    through the tensor itself bumps (an optimizer step, ``load_state_dict``, ``with torch.no_grad():
+    w += delta``, merging a LoRA update into W). Edits through ``.data`` bypass the counter; after
+    those call ``PagedKVCache.invalidate_prefixes()`` (``Engine.weights_changed()``)."""
+    key = []
+    for t in (*model.parameters(), *model.buffers()):
+        version = None if t.is_inference() else t._version  # inference tensors keep no counter
+        key.append((id(t), t.data_ptr(), version))
+    return tuple(key)
+
+
 def model_namespace(model: nn.Module, extra: str = "") -> str:
-    """What besides the tokens determines K/V: this model object (its weights), its config, the
-    position scheme (absolute positions from 0) and the storage format."""
-    return f"{type(model).__name__}@{id(model)}|{model.config!r}|positions-from-0|{extra}"
+    """What besides the tokens determines K/V: this model object and the version of its weights
+    (``weights_version``), its config, the position scheme (absolute positions from 0) and the
+    storage format."""
+    version = hashlib.sha256(repr(weights_version(model)).encode()).hexdigest()[:16]
+    return f"{type(model).__name__}@{id(model)}|weights-{version}|{model.config!r}|positions-from-0|{extra}"
 
 
 class PagePool:
@@ -188,7 +207,25 @@ class PagedKVCache:
         self.attention_kernel = attention_kernel
         self.n_layers = len(kv_token_shapes(model))
         self.pool = PagePool(kv_token_shapes(model), n_pages, page_size, dtype=dtype, device=device, bits=bits)
-        self.manager = BlockManager(n_pages, page_size, model_namespace(model, f"{dtype}|bits={bits}"), on_copy=self.pool.copy_page)
+        self._format = f"{dtype}|bits={bits}"
+        self.manager = BlockManager(n_pages, page_size, model_namespace(model, self._format), on_copy=self.pool.copy_page)
+        self._weights = weights_version(model)
+        self.invalidations = 0  # times the registered prefixes were dropped because the weights changed
+
+    def invalidate_prefixes(self) -> None:
+        """Drop every registered prefix page (a new hash-chain root): call after changing the model's
+        weights in a way ``weights_version`` cannot see (through ``.data``)."""
+        self._weights = weights_version(self.model)
+        self.manager.rename(model_namespace(self.model, self._format) + f"|{self.invalidations + 1}")
+        self.invalidations += 1
+
+    def check_weights(self) -> bool:
+        """Invalidate the registered prefixes if the weights changed since they were computed (checked
+        whenever a sequence may map shared pages); True if it did."""
+        if weights_version(self.model) == self._weights:
+            return False
+        self.invalidate_prefixes()
+        return True
 
     @property
     def n_free(self) -> int:
@@ -208,6 +245,7 @@ class PagedKVCache:
         so the last token is always computed: its logits are what the caller wants)."""
         seq = PagedSequenceCache(self)
         if tokens is not None and self.prefix_sharing and len(tokens) > 0:
+            self.check_weights()  # pages computed with other weights must not be shared
             seq.table = self.manager.share_prefix(tokens)
             seq.length = min(len(seq.table) * self.page_size, len(tokens) - 1)
         return seq

@@ -115,6 +115,16 @@ def _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks
     return tiled_attention(q, k, v, causal=causal, mask=mask, window=window, scale=scale)[0]
 
 
+def _attend_one_row(q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
+    """One query row per head (a decode step) that may read every key: no mask to build, and no copy
+    of K/V per query head: the h / g query heads of a group become h / g query rows of its key/value
+    head, (B, g, h / g, d), which is the same arithmetic as ``expand_kv`` followed by attention."""
+    B, h, _, d = q.shape
+    g = k.shape[1]
+    out = F.scaled_dot_product_attention(q.reshape(B, g, h // g, d), k, v, scale=scale)  # (B, g, h/g, d_v)
+    return out.reshape(B, h, 1, v.shape[-1])
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -159,6 +169,9 @@ def attend(
     h, T, S = q.shape[1], q.shape[2], k.shape[2]
     if backend in ("tiled", "triton"):
         return _attend_blockwise(q, k, v, causal, window, mask, scale, backend, bias, sinks)
+    if backend in ("auto", "sdpa") and T == 1 and mask is None and bias is None and sinks is None and (
+        causal or window is None) and (window is None or window >= S):
+        return _attend_one_row(q, k, v, scale)
     k, v = expand_kv(k, h), expand_kv(v, h)
     full_mask = build_mask(T, S, causal=causal, window=window, mask=mask, device=q.device)
     if bias is not None or sinks is not None:  # ALiBi bias / gpt-oss sinks: additive-mask route
