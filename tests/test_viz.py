@@ -42,3 +42,106 @@ def test_positional_encoding_explorer():
         positional_encoding_explorer(7)
     with pytest.raises(ValueError, match="max_len"):
         positional_encoding_explorer(8, 1)
+
+
+# --- the book's figure style (issue 25, item 3) ---------------------------------------------------
+
+import io  # noqa: E402
+import struct  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from companion.notebook import viz  # noqa: E402
+
+
+@pytest.fixture
+def book_style():
+    saved = dict(plt.rcParams)
+    viz.use_book_style()
+    yield
+    plt.close("all")
+    plt.rcParams.update(saved)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_figures_are_png_at_twice_their_display_size(book_style):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [0, 1, 4], label="y")
+    data, meta = viz.book_png(fig)
+    width, height = _png_size(data)
+    assert meta["width"] == round(width / viz.PIXEL_RATIO) and "height" not in meta  # the page keeps the aspect
+    assert viz.DPI * 6.0 * 0.8 < meta["width"] <= viz.COLUMN_PX  # designed size, fits the column at 1280 px
+    assert plt.rcParams["savefig.dpi"] == viz.PIXEL_RATIO * plt.rcParams["figure.dpi"] == 200
+    assert str(fig) == "Figure(480x288)"  # the size nbval sees in the stored outputs is unchanged
+
+
+def test_default_text_is_at_least_11_px_at_1280(book_style):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("x")
+    ax.set_title("t")
+    ax.legend()
+    assert viz.text_px(fig) >= viz.MIN_LABEL_PX
+
+
+def test_planted_small_labels_are_lifted_to_11_px(book_style):
+    """A chapter's ``fontsize=7`` legend and a figure wider than the column (shown scaled down): both
+    would render under 11 px; after book_png no text does."""
+    fig, ax = plt.subplots(figsize=(12, 3))  # 960 px wide: shown at 717/960 of its size
+    ax.plot([0, 1], [0, 1], label="small")
+    ax.legend(fontsize=7)
+    ax.set_xlabel("x", fontsize=8)
+    assert viz.text_px(fig) < viz.MIN_LABEL_PX  # the planted failure
+    viz.book_png(fig)
+    assert viz.text_px(fig) >= viz.MIN_LABEL_PX - 1e-6
+
+
+def test_planted_legend_on_the_data_moves_below_the_axes(book_style):
+    fig, ax = plt.subplots()
+    x = torch.linspace(0, 1, 50)
+    for k in range(3):
+        ax.plot(x, x * 0 + 0.9 - 0.01 * k, label=f"series {k}")  # lines along the top...
+    ax.plot(x, x * 0 + 0.05, label="bottom")                  # ...and along the bottom
+    ax.legend(loc="upper left")                               # a legend on the lines
+    assert viz.legend_off_data(ax)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend()
+    assert legend.get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0 + 1
+    assert [t.get_text() for t in legend.get_texts()] == ["series 0", "series 1", "series 2", "bottom"]
+    assert not viz.legend_off_data(ax)  # off the data now: left where it is
+
+
+def test_a_legend_clear_of_the_data_stays(book_style):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 0.1], label="low line")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper right")
+    assert not viz.legend_off_data(ax)
+
+
+def test_book_png_handles_bare_figures_and_heatmaps(book_style):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3, 2))
+    fig.add_subplot().plot([0, 1])
+    assert viz.book_png(fig)[1]["width"] > 0
+    assert viz.book_png(Figure()) is None  # nothing drawn, nothing shown
+    ax = attention_heatmap(torch.softmax(torch.randn(3, 3), -1))
+    assert viz.text_px(ax.figure) >= viz.MIN_LABEL_PX
+
+
+def test_use_book_style_registers_the_png_formatter(book_style):
+    IPython = pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    viz.use_book_style()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    data, metadata = shell.display_formatter.format(fig)
+    assert "image/svg+xml" not in data and metadata["image/png"]["width"] == viz.book_png(fig)[1]["width"]

@@ -1,39 +1,179 @@
-"""Plots shared by the chapters.
+"""Plots shared by the chapters, and the one figure style of the book, for screen and print.
 
 What this module provides
-- ``use_book_style()``: one call at the top of a notebook for compact PNG figures (nbval skips
-  images, so PNG keeps the committed outputs comparable; SVG text would be compared).
+- ``use_book_style()``: one call at the top of a notebook. Figures are laid out at ``DPI`` (80 CSS
+  px per inch, as before: the ``<Figure size WxH>`` text the notebooks store, which nbval compares,
+  stays the same) and saved as PNG at ``PIXEL_RATIO`` times that (200 dpi: sharp on high-density
+  screens, when zoomed and in print), with the display width in the output's metadata so the page
+  shows them at their designed size. PNG, not SVG: nbval skips images, SVG text would be compared.
+- ``book_png(fig)``: that PNG and its metadata; ``use_book_style`` registers it as IPython's PNG
+  formatter, so every figure a cell shows or glues (``diagrams.glue_figure``) goes through it. It
+  also applies the two rules a chapter cannot forget:
+  * no text smaller than ``MIN_LABEL_PX`` (11 px) as rendered in the book's column at 1280 px
+    (figures wider than the column are shown scaled down: their smallest text is scaled up to match);
+  * a legend that covers plotted data is moved below the axes (``legend_off_data``).
 - ``attention_heatmap(weights, ...)``: a (T, S) weight matrix with token labels on both axes.
+- ``text_px(fig)``: the smallest text of a figure in CSS px as displayed (tests use it).
 """
 
 from __future__ import annotations
 
+import io
+import struct
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.figure import Figure
 
-__all__ = ["use_book_style", "attention_heatmap"]
+__all__ = ["use_book_style", "attention_heatmap", "book_png", "legend_off_data", "text_px",
+           "DPI", "PIXEL_RATIO", "COLUMN_PX", "MIN_LABEL_PX"]
+
+DPI = 80  # CSS px per inch of a figure (a point of text is 80/72 = 1.11 CSS px)
+PIXEL_RATIO = 2.5  # PNG pixels per CSS px: 200 dpi
+COLUMN_PX = 717  # a cell output's width in the book's column at a 1280 px window (tools/check_layout.py)
+MIN_LABEL_PX = 11  # the smallest text a figure may show, in CSS px at that width
+# Okabe and Ito's eight colours: told apart with the common colour-vision deficiencies and in grey print.
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
 
-def use_book_style(dpi: int = 80) -> None:
-    """Small, legible PNG figures for notebooks and the rendered book."""
+def use_book_style(dpi: int = DPI) -> None:
+    """The book's figure style for pyplot figures, and the book's PNG for everything displayed."""
+    from cycler import cycler
+
     plt.rcParams.update(
         {
             "figure.dpi": dpi,
-            "savefig.dpi": dpi,
-            "figure.figsize": (6.0, 3.6),
+            "savefig.dpi": dpi * PIXEL_RATIO,
+            "figure.figsize": (6.0, 3.6),  # 480 x 288 px
+            "figure.facecolor": "white",
+            "savefig.facecolor": "white",
+            "savefig.bbox": "tight",
             "axes.spines.top": False,
             "axes.spines.right": False,
-            "font.size": 10,
+            "axes.prop_cycle": cycler(color=COLOURS),
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "grid.linewidth": 0.6,
+            "lines.linewidth": 1.8,
+            "axes.axisbelow": True,
+            "font.size": 11,  # 12.2 px
+            "axes.titlesize": 12,
+            "axes.labelsize": 11,
+            "xtick.labelsize": 10,  # 11.1 px
+            "ytick.labelsize": 10,
+            "legend.fontsize": 10,
+            "legend.frameon": False,
+            "figure.titlesize": 12,
         }
     )
-    try:  # inside IPython: make sure figures are PNG, not SVG
+    try:  # inside IPython: every figure through book_png, and no SVG
+        from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
         set_matplotlib_formats("png")
+        shell = get_ipython()
+        if shell is not None:
+            shell.display_formatter.formatters["image/png"].for_type(Figure, book_png)
     except ImportError:  # plain Python: nothing to configure
         pass
+
+
+def _scale(fig: Figure) -> float:
+    """How much the page shrinks ``fig`` at 1280 px: 1 when it fits the column."""
+    width_px = fig.get_figwidth() * fig.dpi
+    return min(1.0, COLUMN_PX / width_px) if width_px else 1.0
+
+
+def _texts(fig: Figure):
+    return [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+            if t.get_text() and t.get_visible()]
+
+
+def text_px(fig: Figure) -> float:
+    """The smallest visible text of ``fig`` in CSS px as the book shows it at 1280 px."""
+    sizes = [t.get_fontsize() for t in _texts(fig)]
+    return min(sizes) * fig.dpi / 72 * _scale(fig) if sizes else float("inf")
+
+
+def _lift_small_text(fig: Figure) -> None:
+    floor_pt = MIN_LABEL_PX * 72 / fig.dpi / _scale(fig)
+    for t in _texts(fig):
+        if t.get_fontsize() < floor_pt:
+            t.set_fontsize(floor_pt)
+
+
+def _covers_data(ax, box) -> bool:
+    """Whether the display-space ``box`` lies over any line vertex, marker, bar or image of ``ax``."""
+    import numpy as np
+
+    def inside(pts) -> bool:
+        return bool(np.any((pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1) & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)))
+
+    for line in ax.get_lines():
+        xy = line.get_xydata()
+        if len(xy) == 0 or not line.get_visible():
+            continue
+        pts = line.get_transform().transform(xy)
+        if len(pts) > 1:  # the middle of each segment too
+            pts = np.concatenate([pts, (pts[1:] + pts[:-1]) / 2])
+        if inside(pts):
+            return True
+    for coll in ax.collections:
+        offsets = coll.get_offsets()
+        if coll.get_visible() and len(offsets):
+            pts = coll.get_offset_transform().transform(offsets)
+            if inside(pts):
+                return True
+    renderer = ax.figure.canvas.get_renderer()
+    for artist in [*ax.patches, *ax.images]:
+        if artist.get_visible() and artist.get_window_extent(renderer).overlaps(box):
+            return True
+    return False
+
+
+def legend_off_data(ax) -> bool:
+    """Move ``ax``'s legend below the axes (under its tick labels and x label, up to 3 columns) when it
+    covers plotted data; returns whether it moved. Legends outside the axes are left alone."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return False
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    if not box.overlaps(ax.get_window_extent(renderer)) or not _covers_data(ax, box):
+        return False
+    handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+    labels = [t.get_text() for t in legend.get_texts()]
+    fontsize = legend.get_texts()[0].get_fontsize() if labels else None
+    title = legend.get_title().get_text() or None
+    legend.set_visible(False)
+    below = ax.get_tightbbox(renderer)
+    y = ax.transAxes.inverted().transform((0, below.y0))[1]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.02), ncols=min(len(labels), 3),
+              fontsize=fontsize, title=title, frameon=False)
+    return True
+
+
+def book_png(fig: Figure) -> tuple[bytes, dict] | None:
+    """``fig`` as the book shows it: the rules above applied, PNG at ``PIXEL_RATIO`` x, and
+    ``{"width": css_px}`` for the page (myst-nb writes it on the ``<img>``; the height follows)."""
+    if not fig.axes and not fig.texts and not fig.patches:
+        return None
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(): give it a canvas that draws
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()  # lays out tick labels, legends and tight_layout before they are measured
+    for ax in fig.axes:
+        legend_off_data(ax)
+    _lift_small_text(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
+    data = buffer.getvalue()
+    width, height = struct.unpack(">II", data[16:24])  # the PNG header
+    return data, {"width": round(width / PIXEL_RATIO)}
 
 
 def attention_heatmap(
@@ -56,8 +196,9 @@ def attention_heatmap(
     if key_labels is not None and len(key_labels) != S:
         raise ValueError(f"key_labels must have S={S} entries; got {len(key_labels)}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.5 * S + 1.5, 0.45 * T + 1.0))
+        _, ax = plt.subplots(figsize=(0.5 * S + 1.5, 0.45 * T + 1.0))  # as before: the stored repr
     ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=1.0)
+    ax.grid(False)
     ax.set_xticks(range(S), key_labels if key_labels is not None else range(S), rotation=45, ha="right")
     ax.set_yticks(range(T), query_labels if query_labels is not None else range(T))
     ax.set_xlabel("key (read from)")
@@ -66,7 +207,8 @@ def attention_heatmap(
         for i in range(T):
             for j in range(S):
                 val = float(w[i, j])
-                ax.text(j, i, f"{val:.2f}", ha="center", va="center", fontsize=7, color="white" if val > 0.55 else "black")
+                ax.text(j, i, f"{val:.2f}", ha="center", va="center", fontsize=10,
+                        color="white" if val > 0.55 else "black")
     if title:
         ax.set_title(title)
     return ax
