@@ -361,7 +361,7 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match=r"name must be one of \['bible-en-de', 'bible-en-es', 'bible-en-fr', 'shakespeare'\]"):
         load("shakespear")
     for field, value, rule in [("steps", 0, "steps must be an int >= 1"), ("grad_accum", 0, "grad_accum must be an int >= 1"),
-                               ("precision", "fp16", "precision must be one of"), ("optimizer", "sgd", "optimizer must be one of"),
+                               ("precision", "fp8", "precision must be one of"), ("optimizer", "sgd", "optimizer must be one of"),
                                ("lr", 0.0, "lr must be > 0"), ("warmup", 300, "warmup must be < steps=200")]:
         with pytest.raises(ValueError, match=rule):
             TrainConfig(**{field: value})
@@ -400,3 +400,19 @@ def test_noam_schedule_reads_d_model_of_every_family():
         d = model.config.d_model  # GPT: n_embd under its shared name
         assert d == 32
         assert [trainer.scheduler.lr_lambdas[0](s) for s in range(8)] == [Noam(d, 4)(s) for s in range(8)]
+
+
+def test_fp16_is_refused_on_the_cpu_and_its_scaler_path_trains_when_the_device_allows_it(monkeypatch):
+    with pytest.raises(ValueError, match="fp16' needs a CUDA GPU.*cpu"):
+        Trainer(tiny_gpt(), lm_data(), quiet(precision="fp16"))
+    # What a T4 gets (companion.precision: fp16 autocast + a gradient scaler), run on the CPU by letting the
+    # policy answer as it does for capability 7.5: the scaled backward, unscale, clip and scaler step.
+    import companion.training.trainer as trainer_module
+    from companion.precision import FP16
+
+    monkeypatch.setattr(trainer_module, "choose_precision", lambda *args: FP16)
+    trainer = Trainer(tiny_gpt(), lm_data(), quiet(steps=4, grad_clip=1.0))
+    assert trainer.autocast_dtype == torch.float16 and trainer.scaler is not None
+    losses = [trainer.train_step() for _ in range(4)]
+    assert all(math.isfinite(x) for x in losses) and trainer.scaler.get_scale() > 0
+    assert losses[-1] < losses[0]

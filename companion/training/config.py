@@ -14,12 +14,14 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
+from companion.precision import PRECISIONS as PRECISION_CHOICES
+
 __all__ = ["TrainConfig", "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "HYPERPARAMETERS", "FIXED",
            "progress_default"]
 
 SCHEDULES = ("constant", "cosine", "noam")
 OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = PRECISION_CHOICES  # companion.precision: "auto" follows the GPU's compute capability
 PARALLEL = ("ddp", "fsdp")  # how several torchrun processes share a run (one process: no wrapping at all)
 
 
@@ -46,7 +48,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # 0: only at the end (when out_dir is set)
     keep_checkpoints: int = 2
     out_dir: str | None = None
-    precision: str = "auto"  # auto | fp32 | bf16
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (companion.precision)
     compile: bool = False
     parallel: str = "ddp"  # ddp | fsdp: how several torchrun processes share the work (module docstring)
     device: str | None = None  # None: cuda (this process's LOCAL_RANK) if available, else cpu

@@ -54,8 +54,10 @@ API's form too (keyed by parameter name); resuming it needs the same world size 
 Evaluation runs every validation batch on every process (a sharded forward is a collective, so all
 processes must run the same number of them). With one process ``parallel`` changes nothing.
 
-Precision: ``"auto"`` is bf16 autocast on CUDA and float32 on the CPU (``"bf16"`` forces autocast on the
-CPU too). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
+Precision (``companion.precision``): ``"auto"`` is bf16 autocast on a GPU of compute capability 8.0+,
+fp16 autocast with a gradient scaler on 7.x (a T4, a V100: the scaler multiplies the loss before backward,
+unscales before clipping, and skips a step whose gradients overflowed), float32 on older GPUs and the CPU
+(``"bf16"`` forces autocast on the CPU too; a request the device cannot honour is a ValueError). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
 trainer also allows TF32 matmuls. ``compile=True`` wraps the model in ``torch.compile``.
 Progress: a ``tqdm.auto`` bar with loss, tokens/s and learning rate; off when ``progress=False``, when
 ``$COMPANION_PROGRESS=0``, or under pytest (which covers nbval runs of the notebooks), and on every DDP
@@ -87,6 +89,7 @@ from companion.training.distributed import full_options as _full_options
 from companion.training.distributed import shard as _shard
 from companion.training.history import History
 from companion.training.losses import default_loss
+from companion.precision import choose_precision, cuda_capability
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 from companion.training.resume import restore
 
@@ -151,9 +154,10 @@ class Trainer:
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        self.autocast_dtype = (
-            torch.bfloat16 if config.precision == "bf16" or (config.precision == "auto" and self.device.type == "cuda") else None
-        )
+        # bf16 on compute capability 8.0+, fp16 with a gradient scaler on 7.x (a T4), else fp32
+        self.precision = choose_precision(self.device.type, cuda_capability(self.device), config.precision)
+        self.autocast_dtype = self.precision.autocast_dtype
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision.needs_scaler else None
         self.model = model.to(self.device)
         self.data = data
         if data is not None:
@@ -248,7 +252,8 @@ class Trainer:
             with context:
                 with self._autocast():
                     loss_sum, _ = self.loss_fn(self._train_model, b)
-                (loss_sum * scale).backward()
+                loss = loss_sum * scale
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             losses.append(loss_sum.detach())
         return torch.stack(losses).sum(), torch.stack(counts).sum()
 
@@ -272,9 +277,15 @@ class Trainer:
         self._last_context = _context(batches[0])
         self._last_tokens = sum(batch_tokens(b)[0] for b in batches) * self.world
         loss_sum, count = self.forward_backward(batches)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         if self.config.grad_clip is not None:
             clip_grad_norm([p for p in self.model.parameters() if p.grad is not None], self.config.grad_clip)
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)  # skipped when a gradient overflowed fp16
+            self.scaler.update()
         self.scheduler.step()
         update_bias = getattr(unwrap(self.model), "update_expert_bias", None)
         if callable(update_bias):
