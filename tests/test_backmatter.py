@@ -63,9 +63,9 @@ def test_every_tagged_claim_in_the_book_is_checked():
 
 def test_claims_page_links_each_claim_to_its_cell(tmp_path):
     (tmp_path / "ch09_x.ipynb").write_text(json.dumps(_nb(
-        ("markdown", "# Title", {}), ("code", "assert True  # trivially", {"tags": ["claim-t"], "claim": "T holds"}))))
+        ("markdown", "# Title", {}), ("code", "assert True  # trivially", {"tags": ["claim-t"], "claim": "It holds"}))))
     page = backmatter.claims_page(tmp_path)
-    assert '<a href="ch09_x.html#claim-t">T holds</a>' in page
+    assert '- It holds <a class="claim-check" href="ch09_x.html#claim-t" title="claim-t">check</a>' in page
 
 
 def test_sitefix_gives_tagged_cells_their_claim_id():
@@ -110,3 +110,57 @@ def test_instructor_guide_tables_come_from_the_run_record_and_the_chapters(tmp_p
     assert "| all chapters | 41 |" in page and "2 cores of Some CPU" in page
     row = next(line for line in page.splitlines() if line.startswith("| {doc}`ch09_x` | {ref}"))
     assert "{ref}`Project <ex-proj>` (3) | {ref}`Project <ex-proj>`" in row and "ex-easy" not in row
+
+
+# --- reader pages (issue 25, item 7) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("plain, typeset", [
+    ("dividing by sqrt(d_k) brings it back to 1.", r"dividing by $\sqrt{d_k}$ brings it back to 1."),
+    ("backward (dV = A^T dO, dA = dO V^T) equals autograd.",
+     r"backward ($dV = A^\top dO$, $dA = dO V^\top$) equals autograd."),
+    ("the rate lr * lambda, while Adam", r"the rate $\mathrm{lr} \cdot \lambda$, while Adam"),
+    ("the last L(w - 1) + 1 inputs", "the last $L(w - 1) + 1$ inputs"),
+    ("width (h + 2g) d_h gives", "width $(h + 2g) d_h$ gives"),
+    ("maps it to (2, 4, 6, 8)/sqrt(30).", r"maps it to $(2, 4, 6, 8)/\sqrt{30}$."),
+    ("logits within 1e-5, and", "logits within $10^{-5}$, and"),
+    ("equals torch.softmax and adam_step.", "equals `torch.softmax` and `adam_step`."),
+    ("A model at 8x its length, a cache of (1000, 1001) rows.", "A model at 8x its length, a cache of (1000, 1001) rows."),
+    ("already $x^2$ typeset", "already $x^2$ typeset"),
+])
+def test_claims_are_typeset(plain, typeset):
+    assert backmatter.typeset(plain) == typeset
+
+
+def test_claims_page_groups_by_chapter_and_section_with_no_build_notes(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    nb = _nb(("markdown", "# Attention\n\nIntro.", {}),
+             ("markdown", "## Scores", {}),
+             ("code", "# Scores have variance d_k\nassert True", {"tags": ["claim-var"]}),
+             ("code", "# Rows sum to one\nassert True", {"tags": ["claim-rows"]}),
+             ("markdown", "## Masks", {}),
+             ("code", "# Masked weights are 0\nassert True", {"tags": ["claim-mask"]}))
+    (book / "ch01_x.ipynb").write_text(json.dumps(nb))
+    page = backmatter.claims_page(book)
+    body = [l for l in page.splitlines() if not l.startswith("%")]  # MyST comments are not rendered
+    text = "\n".join(body)
+    assert "Generated" not in text and "backmatter" not in text and "do not edit" not in text
+    assert "## 1. Attention" in text
+    assert text.index("**1.1 Scores**") < text.index("variance $d_k$") < text.index("**1.2 Masks**")
+    assert text.index("**1.2 Masks**") < text.index("Masked weights")
+    assert '<a class="claim-check" href="ch01_x.html#claim-mask" title="claim-mask">check</a>' in text
+    for generated in (backmatter.exercises_page(book), backmatter.instructor_page(
+            book, ROOT / "tools" / "instructor_template.md", book / "none.json")):
+        shown = "\n".join(l for l in generated.splitlines() if not l.startswith("%"))
+        assert "tools/backmatter.py" not in shown and "do not edit" not in shown
+
+
+def test_glossary_is_alphabetical_and_links_every_chapter():
+    text = (ROOT / "book" / "glossary.md").read_text()
+    body = text.split("```{glossary}\n", 1)[1].rsplit("```", 1)[0]
+    terms = [l for l in body.splitlines() if l and not l.startswith(" ")]
+    assert terms == sorted(terms, key=str.lower) and len(terms) > 30
+    assert not re.search(r"(?<![`<])\bChapters? \d+\b(?![^`]*>`)", body), "a chapter named without a link"
+    stems = {p.stem for p in (ROOT / "book").glob("ch*.ipynb")}
+    for target in re.findall(r"\{doc\}`Chapter \d+ <([^>]+)>`", body):
+        assert target in stems

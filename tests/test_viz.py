@@ -145,3 +145,24 @@ def test_use_book_style_registers_the_png_formatter(book_style):
     ax.plot([0, 1])
     data, metadata = shell.display_formatter.format(fig)
     assert "image/svg+xml" not in data and metadata["image/png"]["width"] == viz.book_png(fig)[1]["width"]
+
+
+def test_widget_controls_show_their_whole_label_and_bars_fill_the_plot(book_style, monkeypatch):
+    """Issue 25, item 7: "temperat..." and bars in the bottom eighth of a 0..1 axis."""
+    from companion.notebook import widgets as W
+
+    drawn = []
+    monkeypatch.setattr(plt, "show", lambda: drawn.append(plt.gcf()))
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -2.0, -3.0, -4.0])
+    widget = W.sampling_explorer(logits, [f"t{i}" for i in range(8)], temperature=2.0)
+    for control in widget.children[:2]:
+        assert control.style.description_width == "initial"
+    widget.update()  # draws once
+    ax = drawn[-1].axes[0]
+    tallest = max(p.get_height() for p in ax.patches)
+    assert tallest / ax.get_ylim()[1] > 0.8  # the tallest bar reaches near the top
+    widget = W.softmax_temperature_explorer([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], scale=0.05)
+    widget.update()
+    ax = drawn[-1].axes[0]
+    assert max(p.get_height() for p in ax.patches) / ax.get_ylim()[1] > 0.8
+    assert all(c.style.description_width == "initial" for c in W.rope_frequency_explorer().children[:3])

@@ -33,6 +33,21 @@ from companion.positions import sinusoidal_table
 __all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer"]
 
 
+def _controls() -> dict:
+    """Keyword arguments for every slider and dropdown: the description at its full width ("temperature",
+    not "temperat..."), the control as wide as a phone allows."""
+    import ipywidgets as widgets
+
+    return {"style": {"description_width": "initial"}, "layout": widgets.Layout(width="min(100%, 30em)")}
+
+
+def _fit_ylim(ax, values, *, headroom: float = 1.15) -> None:
+    """A y axis from 0 to just above the tallest bar, so the bars use the plot's height (a fixed 0..1
+    axis left small probabilities at the bottom eighth of it)."""
+    top = float(max(values)) if len(values) else 1.0
+    ax.set_ylim(0, max(top * headroom, 1e-3))
+
+
 def softmax_temperature_explorer(
     scores: Sequence[float] | torch.Tensor,
     labels: Sequence[str] | None = None,
@@ -57,12 +72,13 @@ def softmax_temperature_explorer(
         w = stable_softmax(scale * s)
         fig, ax = plt.subplots(figsize=(5.0, 2.6))
         ax.bar(names, w.numpy(), color="tab:blue")
-        ax.set_ylim(0, 1)
+        _fit_ylim(ax, w.numpy())
         ax.set_ylabel("weight")
         ax.set_title(f"softmax({scale:.2f} x scores): max weight {float(w.max()):.3f}")
         plt.show()
 
-    slider = widgets.FloatSlider(value=scale, min=lo, max=hi, step=0.05, description="scale", continuous_update=False)
+    slider = widgets.FloatSlider(value=scale, min=lo, max=hi, step=0.05, description="scale",
+                                 continuous_update=False, **_controls())
     return widgets.interactive(draw, scale=slider)
 
 
@@ -93,8 +109,10 @@ def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float
         fig.tight_layout()
         plt.show()
 
-    pos = widgets.IntSlider(value=10, min=0, max=max_len - 1, description="position", continuous_update=False)
-    pair = widgets.IntSlider(value=0, min=0, max=d // 2 - 1, description="pair i", continuous_update=False)
+    pos = widgets.IntSlider(value=10, min=0, max=max_len - 1, description="position", continuous_update=False,
+                            **_controls())
+    pair = widgets.IntSlider(value=0, min=0, max=d // 2 - 1, description="pair i", continuous_update=False,
+                             **_controls())
     return widgets.interactive(draw, position=pos, pair=pair)
 
 
@@ -125,15 +143,15 @@ def sampling_explorer(
         kept = int((probs > 0).sum())
         fig, ax = plt.subplots(figsize=(6.0, 2.6))
         ax.bar(names, probs[order].numpy(), color=["tab:blue" if probs[i] > 0 else "lightgrey" for i in order])
-        ax.set_ylim(0, 1)
+        _fit_ylim(ax, probs[order].numpy())
         ax.set_ylabel("probability")
         ax.set_title(f"temperature {temperature:.2f}, top-p {top_p:.2f}: {kept} tokens can be drawn")
         plt.show()
 
     t_slider = widgets.FloatSlider(value=temperature, min=0.1, max=2.0, step=0.05, description="temperature",
-                                   continuous_update=False)
+                                   continuous_update=False, **_controls())
     p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p",
-                                   continuous_update=False)
+                                   continuous_update=False, **_controls())
     return widgets.interactive(draw, temperature=t_slider, top_p=p_slider)
 
 
@@ -145,9 +163,10 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
     """Return an ipywidgets ``interactive`` over RoPE's frequencies (chapter 7, equation 7.3).
 
     Controls: log10 of the base, a context-extension scheme and its factor s. Left panel: the
-    frequency theta_i of each pair (log scale) as ``companion.positions.rope_inverse_frequencies``
-    computes it, beside the plain theta_i = base^(-2i/d_h). Right panel: the rotary score of a vector
-    of ones with itself at offset n, <R_n q, R_0 q> / |q|^2 = t^2 mean_i cos(n theta_i) (t the YaRN
+    frequency omega_r of each pair r (log scale, the chapter's notation) as
+    ``companion.positions.rope_inverse_frequencies`` computes it, beside the plain omega_r =
+    base^(-2r/d_h). Right panel: the rotary score of a vector of ones with itself at offset n,
+    <R_n q, R_0 q> / |q|^2 = t^2 mean_r cos(n omega_r) (t the YaRN
     temperature factor), for n up to ``max_len``, with ``trained_len`` marked: the scores a model
     never saw lie to its right."""
     import ipywidgets as widgets
@@ -175,8 +194,8 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
         pairs = range(head_dim // 2)
         ax1.semilogy(pairs, plain.numpy(), "o", color="lightgrey", label="plain")
         ax1.semilogy(pairs, theta.numpy(), ".", color="tab:blue", label=scheme)
-        ax1.set_xlabel("pair i")
-        ax1.set_ylabel("theta_i (radians / position)")
+        ax1.set_xlabel("pair $r$")
+        ax1.set_ylabel(r"$\omega_r$ (radians / position)")
         ax1.set_title(f"base {b:,.0f}: {turning} of {head_dim // 2} pairs turn within {trained_len}")
         ax1.legend(loc="upper right", fontsize=8)
         ax2.plot(offsets.numpy(), score.numpy(), color="tab:blue")
@@ -187,8 +206,9 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
         plt.show()
 
     base_slider = widgets.FloatSlider(value=math.log10(base), min=1.0, max=7.0, step=0.1,
-                                      description="log10 base", continuous_update=False)
-    scheme_box = widgets.Dropdown(options=list(ROPE_EXPLORER_SCHEMES), value=scheme, description="scheme")
+                                      description="log10 base", continuous_update=False, **_controls())
+    scheme_box = widgets.Dropdown(options=list(ROPE_EXPLORER_SCHEMES), value=scheme, description="scheme",
+                                  **_controls())
     factor_slider = widgets.FloatSlider(value=factor, min=1.0, max=16.0, step=0.5, description="factor s",
-                                        continuous_update=False)
+                                        continuous_update=False, **_controls())
     return widgets.interactive(draw, log10_base=base_slider, scheme=scheme_box, factor=factor_slider)
