@@ -41,5 +41,4 @@ def hf_model_of(config, seed, std=0.2):
 
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    cls = transformers.AutoModelForCausalLM.from_config(config).__class__
-    return randomise(cls(config), seed, std)
+    return randomise(transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config), seed, std)

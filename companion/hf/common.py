@@ -1,0 +1,81 @@
+"""What every part of companion.hf shares: the transformers classes per family, the lazy import of
+transformers, and the one way a conversion refuses (``_require``)."""
+
+from __future__ import annotations
+
+DECODER_ARCHS = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "deepseek_v3",
+)
+
+
+_HF_CLASSES = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
+}
+
+
+_GEMMA = ("gemma2", "gemma3_text")
+
+
+_QWEN3 = ("qwen3", "qwen3_moe")
+
+
+# Classes that read a sliding/full list per layer (layer_types). Qwen3-MoE has the field in neither its config
+# nor its attention (transformers 5.24 modeling_qwen3_moe: one sliding_window for every layer), like Mistral.
+_LAYER_TYPED = ("qwen2", "qwen3", "gemma2", "gemma3_text", "gpt_oss")
+
+
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+_MOE_ARCHS = ("mixtral", "qwen3_moe", "gpt_oss")
+
+
+_FAMILY = {
+    "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "qwen2": "Qwen2", "qwen3": "Qwen3",
+    "qwen3_moe": "Qwen3-MoE", "gemma2": "Gemma 2", "gemma3_text": "Gemma 3", "gpt_oss": "gpt-oss",
+    "deepseek_v3": "DeepSeek-V3",
+}
+
+
+_GEGLU_ACT = "gelu_pytorch_tanh"  # Gemma's gate: the tanh GELU
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError("companion.hf needs transformers: pip install 'companion[hf]'") from e
+    return transformers
+
+
+def _hf_class(arch: str, which: int):
+    tf = _transformers()
+    name = _HF_CLASSES[arch][which]
+    if not hasattr(tf, name):
+        raise ValueError(f"the installed transformers {tf.__version__} has no {name}; arch={arch!r} is unavailable")
+    return getattr(tf, name)
+
+
+def _require(problems: list[str], missing_in: str = "transformers") -> None:
+    """Raise one ValueError listing every feature ``missing_in`` ("transformers": the target class,
+    converting to HF; "companion": converting from HF) cannot express."""
+    if problems:
+        raise ValueError(f"{missing_in} has no equivalent for: " + "; ".join(problems))
+
+
+def _special_ids(vocab_size: int, bos: int | None, eos: int | None) -> dict:
+    """HF configs carry bos/eos ids; keep the usual ones when they fit the (toy) vocabulary."""
+    return dict(
+        bos_token_id=bos if bos is not None and bos < vocab_size else None,
+        eos_token_id=eos if eos is not None and eos < vocab_size else None,
+    )
