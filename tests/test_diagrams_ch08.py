@@ -26,8 +26,9 @@ def test_head_sharing_draws_one_line_per_query_head_to_its_group():
     # three panels x 8 query heads, each joined to exactly one key/value head
     lines = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
     assert len(lines) == 3 * 8
-    # key/value boxes: 8 numbered in MHA, "K, V 1", "K, V 2" in GQA, "K, V 1" in MQA
-    assert shown.count("K, V 1") == 2 and shown.count("K, V 2") == 1
+    # numbered from 0 like the head map (8.1): "K, V 0", "K, V 1" in GQA, "K, V 0" in MQA
+    assert shown.count("K, V 0") == 2 and shown.count("K, V 1") == 1
+    assert "0" in shown and "8" not in shown
     assert "cache: $2 \\cdot 2\\, d_h$ per token" in shown
 
 
@@ -37,11 +38,11 @@ def test_head_sharing_lines_end_at_the_head_map():
     lines = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
     low = {t.get_text(): t.get_position()[0] for t in _texts(fig) if t.get_position()[1] < 1.5}
     high = {t.get_text(): t.get_position()[0] for t in _texts(fig) if 1.5 < t.get_position()[1] < 2.5}
-    assert sorted(high) == ["1", "2", "3", "4", "5", "6"] and {"1", "2", "3"} <= set(low)
+    assert sorted(high) == ["0", "1", "2", "3", "4", "5"] and {"0", "1", "2"} <= set(low)
     for r, line in enumerate(lines):
         (start_x, _), (end_x, _) = line._posA_posB
-        assert abs(start_x - high[str(r + 1)]) < 1e-9
-        assert abs(end_x - low[str(r // 2 + 1)]) < 1e-9, f"query head {r + 1} is not joined to pi(r)"
+        assert abs(start_x - high[str(r)]) < 1e-9
+        assert abs(end_x - low[str(r // 2)]) < 1e-9, f"query head {r} is not joined to pi(r)"
 
 
 @pytest.mark.parametrize("make", [lambda: kv_head_sharing(), lambda: kv_head_sharing(12, (12, 4, 1)), mla_flow])

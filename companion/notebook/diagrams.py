@@ -583,11 +583,11 @@ def kv_head_sharing(n_heads: int = 8, kv_heads: tuple[int, ...] = (8, 2, 1)) -> 
             x = x0 + (step - bw) / 2 + r * step
             j = r // group
             colour = colours[j % len(colours)]
-            _box(ax, x, 2.0, bw, 0.38, f"{r + 1}", colour, size=FONT - 1)
+            _box(ax, x, 2.0, bw, 0.38, f"{r}", colour, size=FONT - 1)
             _arrow(ax, (x + bw / 2, 2.0), (kv_x[j] + kv_w / 2, 1.18), colour="#555555",
                    style="-")
         for j in range(g):
-            label = f"{j + 1}" if g > 2 else f"K, V {j + 1}"
+            label = f"{j}" if g > 2 else f"K, V {j}"  # numbered from 0, like (8.1)
             _box(ax, kv_x[j], 0.8, kv_w, 0.38, label, colours[j % len(colours)], size=FONT - 1)
         ax.text(x0, 0.55, "key/value heads $\\pi(r)$", ha="left", va="center", fontsize=FONT - 1)
         ax.text(x0, 0.2, f"cache: $2 \\cdot {g}\\, d_h$ per token", ha="left", va="center",
