@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+# The checkout's own package, found whichever python runs this script (the system python too: the
+# simulation makes its own environments, and companion.course, used here, needs only the standard library).
+sys.path.insert(1, str(ROOT))
 import sync_bootstrap  # noqa: E402
 
 COLAB_PREINSTALLED = ["torch", "numpy", "matplotlib", "ipywidgets==7.7.1", "ipykernel", "nbclient", "nbformat"]
@@ -170,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from companion.course import book_chapters, parse_chapters  # the same chapter syntax as the course command
 
-    chapters = parse_chapters(args.chapters, book_chapters(ROOT / "book"))
+    try:
+        chapters = parse_chapters(args.chapters, book_chapters(ROOT / "book"))
+    except ValueError as e:
+        ap.error(f"--chapters: {e}")
     work = args.work or Path(tempfile.mkdtemp(prefix=f"simulate-{args.where}-"))
     work.mkdir(parents=True, exist_ok=True)
     (simulate_colab if args.where == "colab" else simulate_binder)(chapters, work)
