@@ -31,14 +31,13 @@ pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get ins
 PAGE = "<!doctype html><html><body><p>A page.</p></body></html>"
 
 
-def left_behind(before: dict, wait: float = 3.0) -> dict:
-    """What is there now and was not ``before`` (waiting up to ``wait`` s for processes to go)."""
+def left_behind(started: list[dict], wait: float = 3.0) -> dict:
+    """What the browsers in ``started`` left: live processes in their sessions, their profile folders
+    (waiting up to ``wait`` s for processes to go). Only this test's browsers count, so checks that
+    other test workers run at the same time do not."""
     deadline = time.monotonic() + wait
     while True:
-        now = check_browser.leftovers()
-        pids_before = {p.split()[0] for p in before["processes"]}
-        new = {"processes": [p for p in now["processes"] if p.split()[0] not in pids_before],
-               "profiles": sorted(set(now["profiles"]) - set(before["profiles"]))}
+        new = check_browser.leftovers(started)
         if not (new["processes"] or new["profiles"]) or time.monotonic() > deadline:
             return new
         time.sleep(0.1)
@@ -46,10 +45,12 @@ def left_behind(before: dict, wait: float = 3.0) -> dict:
 
 @pytest.fixture
 def clean():
-    """Fails the test when it leaves a browser process or a profile folder behind."""
-    before = check_browser.leftovers()
-    yield before
-    new = left_behind(before)
+    """Fails the test when a browser it started leaves a process or its profile folder behind."""
+    first = len(check_browser.STARTED)
+    yield
+    started = check_browser.STARTED[first:]
+    assert started, "the test started no browser"
+    new = left_behind(started)
     assert new == {"processes": [], "profiles": []}, f"left behind: {new}"
 
 
@@ -66,23 +67,24 @@ def browser_args(site: Path) -> list[str]:
 
 def test_the_detector_sees_a_leaked_browser():
     """The planted failure: end only the launcher (what ``close`` used to do with the Debian
-    ``chromium-headless-shell`` script) and keep the profile: the comparison reports both."""
-    before = check_browser.leftovers()
+    ``chromium-headless-shell`` script) and keep the profile: the check reports both."""
+    first = len(check_browser.STARTED)
     browser = check_browser.Browser(CHROME)
+    started = check_browser.STARTED[first:]
     proc, browser.proc = browser.proc, None  # take the process away from close()
     proc.terminate()
     proc.wait()
     try:
-        new = left_behind(before, wait=0.5)
+        new = left_behind(started, wait=0.5)
         assert any("chromium" in p for p in new["processes"]), new
-        assert browser.profile in new["profiles"]
+        assert new["profiles"] == [browser.profile]
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         shutil.rmtree(browser.profile, ignore_errors=True)
-    assert left_behind(before) == {"processes": [], "profiles": []}
+    assert left_behind(started) == {"processes": [], "profiles": []}
 
 
 def test_success(clean, site):
@@ -155,17 +157,32 @@ def test_an_interrupt_or_error_mid_check(clean, site, monkeypatch, error):
         check_browser.main(browser_args(site))
 
 
-def test_sigterm_to_the_check(clean, site):
-    """``timeout`` or a CI runner ending the check: SIGTERM still closes the browser."""
+def test_sigterm_to_the_check(site, tmp_path):
+    """``timeout`` or a CI runner ending the check: SIGTERM still closes the browser. The check runs in a
+    child process with its own temporary directory and a mark in its environment, which tell its
+    browser apart from any other."""
     (site / "p.html").write_text(PAGE.replace("</body>", "<script>while (true) {}</script></body>"))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    token = f"sigterm-{os.getpid()}-{time.time_ns()}"
+    env = {**os.environ, "TMPDIR": str(tmp), "CHECK_BROWSER_TEST": token}
     proc = subprocess.Popen([sys.executable, str(ROOT / "tools" / "check_browser.py"), *browser_args(site)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sessions: set[int] = set()
     deadline = time.monotonic() + 60
-    while not any("chromium" in p for p in check_browser.leftovers()["processes"]) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not any("chromium" in p["cmd"] for p in check_browser.processes()
+                                                   if p["session"] in sessions):
+        sessions |= {p["session"] for p in check_browser.processes() if token.encode() in p["environ"]}
         time.sleep(0.1)
+    assert sessions, "the check's browser never started"
     time.sleep(1.0)  # inside the page load now
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) != 0
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and any(p["session"] in sessions for p in check_browser.processes()):
+        time.sleep(0.1)
+    assert [p["cmd"] for p in check_browser.processes() if p["session"] in sessions] == []
+    assert list(tmp.iterdir()) == [], "a profile folder was left behind"
 
 
 def test_check_layout_success_and_interrupt(clean, site, monkeypatch):

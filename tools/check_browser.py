@@ -170,6 +170,7 @@ class Browser:
         self.proc: subprocess.Popen | None = None
         self.ws = None
         self.profile = tempfile.mkdtemp(prefix=PROFILE_PREFIX)
+        STARTED.append({"session": None, "profile": self.profile})
         try:
             self._start(chrome)
         except BaseException:
@@ -183,7 +184,8 @@ class Browser:
 
         self.proc = subprocess.Popen([chrome, *CHROME_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                     env={**os.environ, MARK: self.profile})  # inherited by every helper
+                                     env={**os.environ, MARK: self.profile})
+        STARTED[-1]["session"] = self.proc.pid  # start_new_session: the session every helper stays in
         port_file = Path(self.profile) / "DevToolsActivePort"
         for _ in range(600):
             if port_file.exists() and port_file.read_text().count("\n") >= 1:
@@ -313,29 +315,42 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
-def leftovers() -> dict[str, list[str]]:
-    """Browsers and profile folders on this machine, to compare before and after a check
-    (tests/test_site_browser.py): every live process that carries the ``CHECK_BROWSER_PROFILE`` mark
-    in its environment (the launcher and Chromium) or runs a Chromium binary (its helpers: zygotes,
-    renderers, the GPU and network processes, which Chromium starts with a clean environment), and
-    every ``check-browser-*`` folder in the temporary directory."""
-    procs = []
+STARTED: list[dict] = []  # every Browser this process started: its session id and profile folder
+
+
+def processes() -> list[dict]:
+    """Live Chromium processes and marked launchers on this machine: pid, session id, command line.
+    A process counts when it carries the ``CHECK_BROWSER_PROFILE`` mark in its environment (the launcher
+    and Chromium) or runs a Chromium binary (its helpers: zygotes, renderers, the GPU and network
+    processes, which Chromium starts with a clean environment, in the launcher's session)."""
+    found = []
     proc_root = Path("/proc")
     for entry in proc_root.iterdir() if proc_root.is_dir() else []:
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             exe = os.path.basename(os.readlink(entry / "exe"))
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        chromium = "chrom" in exe or "headless_shell" in exe
-        if (MARK.encode() + b"=" in environ or chromium) and state != "Z":
-            procs.append(f"{entry.name} {cmd[:120]}")
-    folders = sorted(str(p) for p in Path(tempfile.gettempdir()).glob(PROFILE_PREFIX + "*"))
-    return {"processes": sorted(procs), "profiles": folders}
+        if stat[0] == "Z":
+            continue
+        if MARK.encode() + b"=" in environ or "chrom" in exe or "headless_shell" in exe:
+            found.append({"pid": int(entry.name), "session": int(stat[3]), "cmd": cmd[:120], "environ": environ})
+    return found
+
+
+def leftovers(started: list[dict] | None = None) -> dict[str, list[str]]:
+    """What the browsers in ``started`` (default: every one this process started, ``STARTED``) left
+    behind: live processes in their sessions, and their profile folders if they still exist.
+    tests/test_browser_cleanup.py checks that this is empty after every kind of ending."""
+    started = STARTED if started is None else started
+    sessions = {b["session"] for b in started if b["session"]}
+    procs = [f"{p['pid']} {p['cmd']}" for p in processes() if p["session"] in sessions]
+    folders = [b["profile"] for b in started if os.path.exists(b["profile"])]
+    return {"processes": sorted(procs), "profiles": sorted(folders)}
 
 
 def console_errors(events: list[dict]) -> list[str]:
