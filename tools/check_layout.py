@@ -63,12 +63,18 @@ MEASURE = r"""
   const out = {width: window.innerWidth, client: W, page: document.documentElement.scrollWidth,
                math: [], blocks: [], wide: []};
   const px = (v) => parseFloat(v) || 0;
-  // The content column an element sits in: the article's content box (or the body's).
-  const columnOf = (el) => {
-    const col = el.closest("article.bd-article, article, main, [role=main]") || document.body;
-    const r = col.getBoundingClientRect(), cs = getComputedStyle(col);
+  // The column an element has to fit: the content box of the block it sits in (the article, or an
+  // admonition, a solution or a list item inside it), never wider than the article's.
+  const contentBox = (el) => {
+    const r = el.getBoundingClientRect(), cs = getComputedStyle(el);
     return {left: r.left + px(cs.paddingLeft) + px(cs.borderLeftWidth),
             right: r.right - px(cs.paddingRight) - px(cs.borderRightWidth)};
+  };
+  const columnOf = (el, holder) => {
+    const article = contentBox(el.closest("article.bd-article, article, main, [role=main]") || document.body);
+    if (!holder || !holder.closest("article, main, [role=main]")) return article;
+    const own = contentBox(holder);
+    return {left: Math.max(own.left, article.left), right: Math.min(own.right, article.right)};
   };
   const sectionOf = (el) => {
     const sol = el.closest(".solution, .exercise");
@@ -85,7 +91,7 @@ MEASURE = r"""
     const div = el.tagName === "DIV" ? el : el.parentElement;
     const box = el.tagName === "DIV" ? div.querySelector("mjx-container") : el;
     if (!box) return;
-    const col = columnOf(div);
+    const col = columnOf(div, div.parentElement);
     const b = box.getBoundingClientRect(), d = div.getBoundingClientRect();
     const no = div.querySelector(":scope > span.eqno");
     const n = no ? no.getBoundingClientRect() : null;
@@ -127,8 +133,8 @@ MEASURE = r"""
     const hiddenBy = el.closest("details:not([open]), .toggle-hidden, .solution, .tag_hide-input, .tag_hide-cell, .tag_hide-output");
     const r = el.getBoundingClientRect();
     if (r.width === 0) continue;
-    const col = columnOf(el);
     const cell = el.closest("div.cell");
+    const col = columnOf(el, cell ? cell.parentElement : el.parentElement);
     const kind = el.closest("div.cell_input") ? "code" : "output";
     // The nearest ancestor (the element itself included) that scrolls sideways.
     let scroller = null;
