@@ -165,10 +165,13 @@ def book_png(fig: Figure) -> tuple[bytes, dict] | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         FigureCanvasAgg(fig)
-    fig.canvas.draw()  # lays out tick labels, legends and tight_layout before they are measured
-    for ax in fig.axes:
-        legend_off_data(ax)
-    _lift_small_text(fig)
+    try:  # the rules improve a figure; a figure they cannot handle is still shown as it is
+        fig.canvas.draw()  # lays out tick labels, legends and tight_layout before they are measured
+        for ax in fig.axes:
+            legend_off_data(ax)
+        _lift_small_text(fig)
+    except Exception:  # noqa: BLE001
+        pass
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
     data = buffer.getvalue()
