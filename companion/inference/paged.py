@@ -87,6 +87,9 @@ def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
     return [[(c.kv_heads, c.attn_head_dim)] * 2 for _ in range(c.n_layers)]
 
 
+REPORT_BUFFERS = ("last_load",)  # buffers that only report what a forward did; they do not shape K/V
+
+
 def weights_version(model: nn.Module) -> tuple:
     """A key that changes when the model's weights change: for every parameter and buffer, its
     identity, its storage address and torch's version counter, which every in-place change made
@@ -94,7 +97,10 @@ def weights_version(model: nn.Module) -> tuple:
     w += delta``, merging a LoRA update into W). Edits through ``.data`` bypass the counter; after
     those call ``PagedKVCache.invalidate_prefixes()`` (``Engine.weights_changed()``)."""
     key = []
-    for t in (*model.parameters(), *model.buffers()):
+    # every parameter and buffer, except the reports that a forward rewrites and nothing reads back
+    # (MoE's per-expert ``last_load``)
+    buffers = [b for name, b in model.named_buffers() if not name.endswith(REPORT_BUFFERS)]
+    for t in (*model.parameters(), *buffers):
         version = None if t.is_inference() else t._version  # inference tensors keep no counter
         key.append((id(t), t.data_ptr(), version))
     return tuple(key)
