@@ -96,8 +96,8 @@ def text_px(fig: Figure) -> float:
     return min(sizes) * fig.dpi / 72 * _scale(fig) if sizes else float("inf")
 
 
-def _lift_small_text(fig: Figure) -> None:
-    floor_pt = MIN_LABEL_PX * 72 / fig.dpi / _scale(fig)
+def _lift_small_text(fig: Figure, scale: float | None = None) -> None:
+    floor_pt = MIN_LABEL_PX * 72 / fig.dpi / (scale or _scale(fig))
     for t in _texts(fig):
         if t.get_fontsize() < floor_pt:
             t.set_fontsize(floor_pt)
@@ -172,11 +172,17 @@ def book_png(fig: Figure) -> tuple[bytes, dict] | None:
         _lift_small_text(fig)
     except Exception:  # noqa: BLE001
         pass
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
-    data = buffer.getvalue()
-    width, height = struct.unpack(">II", data[16:24])  # the PNG header
-    return data, {"width": round(width / PIXEL_RATIO)}
+    for attempt in range(2):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
+        data = buffer.getvalue()
+        width = struct.unpack(">II", data[16:24])[0] / PIXEL_RATIO  # the PNG header, in CSS px
+        if width <= COLUMN_PX or attempt:
+            break
+        # Wider than the column with its labels and legend (the tight box): the page shrinks it by
+        # COLUMN_PX / width, so its smallest text must be that much larger.
+        _lift_small_text(fig, COLUMN_PX / width)
+    return data, {"width": round(width)}
 
 
 def attention_heatmap(
