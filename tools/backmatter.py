@@ -266,13 +266,13 @@ def claims_page(book: Path) -> str:
         number = chapter_number(path.stem)
         lines += [f"## {number}. {chapter_title(nb)}", "", f"In {{doc}}`{path.stem}`:", ""]
         section = None
-        for c in found:
+        for k, c in enumerate(found):
             if c.section != section:
                 section = c.section
                 if section:
                     lines += [f"**{typeset(section)}**", ""]
             n += 1
-            nxt = found[found.index(c) + 1] if found.index(c) + 1 < len(found) else None
+            nxt = found[k + 1] if k + 1 < len(found) else None
             lines.append(f"- {typeset(c.text)} "
                          f"<a class=\"claim-check\" href=\"{path.stem}.html#{c.name}\" title=\"{c.name}\">check</a>")
             if nxt is None or nxt.section != section:
