@@ -118,3 +118,29 @@ def test_top_level_help_loads_no_torch():
              "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip().endswith("False"), r.stdout + r.stderr
+
+
+def test_a_translation_cut_by_the_model_max_len_says_so(tmp_path, monkeypatch, capsys):
+    from companion.models import from_preset
+    from companion.training import checkpoint
+
+    torch.manual_seed(0)
+    model = from_preset("tiny", n_encoder_layers=1, n_decoder_layers=1, d_model=16, n_heads=2, d_ff=32,
+                        src_vocab_size=20, tgt_vocab_size=20, max_len=6).eval()
+    run = tmp_path / "s2s"
+    checkpoint.save_checkpoint(run, 1, model)
+    real = model.out.forward
+
+    def never_ends(x):  # this model never emits the end token (2, without a tokenizer)
+        logits = real(x)
+        logits[..., 2] = float("-inf")
+        return logits
+
+    monkeypatch.setattr(model.out, "forward", never_ends)
+    monkeypatch.setattr(checkpoint, "load_model", lambda *args, **kwargs: model)
+    assert main(["sample", "--checkpoint", str(run), "--prompt", "3 4 5", "--beam-size", "1",
+                 "--max-new-tokens", "50"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.split()) == 6
+    assert err == ("note: the translation stopped at 6 tokens without an end token: that is the model's max_len "
+                   "(6), fewer than --max-new-tokens 50\n")

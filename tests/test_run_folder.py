@@ -90,3 +90,13 @@ def test_resuming_another_run_into_a_folder_holding_a_run_is_refused(tmp_path):
         prepare_out_dir(b, resume=a)
     assert prepare_out_dir(b, resume=b / "step-00000001") is None
     assert prepare_out_dir(tmp_path / "empty") is None
+
+
+def test_the_trainer_module_keeps_every_public_name_of_its_parts():
+    from companion.training import config, distributed, history, resume, trainer
+
+    for name in trainer.__all__:
+        assert hasattr(trainer, name), name
+    assert trainer.TrainConfig is config.TrainConfig and trainer.History is history.History
+    assert trainer.check_device is distributed.check_device and trainer.setup_distributed is distributed.setup_distributed
+    assert trainer.HYPERPARAMETERS is config.HYPERPARAMETERS is resume.HYPERPARAMETERS
