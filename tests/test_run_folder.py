@@ -41,7 +41,7 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused(tmp_path, train, capsy
         main(train("--out", str(out), seed=1))
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert (f"error: --out {out} already holds a run (1 checkpoint(s), step-00000002 to step-00000002): a new run "
+    assert (f"error: --out {out} already holds a run (checkpoint step-00000002): a new run "
             f"there would replace its checkpoints. Continue it with --resume {out}; choose another --out; or pass "
             "--force") in err
     assert digests(out) == before  # nothing touched
@@ -57,7 +57,7 @@ def test_force_keeps_the_old_run_unless_told_to_delete_it(tmp_path, train, capsy
     capsys.readouterr()
     assert main(train("--out", str(out), "--force", seed=1)) == 0
     err = capsys.readouterr().err
-    assert f"train: --force: the run that was in {out} (1 checkpoint(s), step-00000002 to step-00000002) is kept in " \
+    assert f"train: --force: the run that was in {out} (checkpoint step-00000002) is kept in " \
            f"{out / 'previous-1'}" in err
     assert digests(out / "previous-1") == before  # the old run, byte for byte, and still loadable
     assert ckpt.load_model(out / "previous-1") is not None

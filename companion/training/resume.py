@@ -81,7 +81,10 @@ def prepare_out_dir(out_dir: str | Path, resume: str | Path | None = None, force
     if not names or _continues(out_dir, resume):
         return None
     steps = [n for n in names if n != _LATEST]
-    held = f"{len(steps)} checkpoint(s), {steps[0]} to {steps[-1]}" if steps else "a 'latest' pointer"
+    if not steps:
+        held = "a 'latest' pointer"
+    else:
+        held = f"checkpoint {steps[0]}" if len(steps) == 1 else f"{len(steps)} checkpoints, {steps[0]} to {steps[-1]}"
     if not force:
         how = f"continue it with --resume {out_dir}" if resume is None else f"--resume {resume} is another run's checkpoint"
         raise ValueError(
