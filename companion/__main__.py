@@ -81,8 +81,10 @@ def cmd_generate(args) -> int:
 
     tty = sys.stdout.isatty()
     if not args.ids:  # the prompt, echoed; in a terminal the generated text that follows is bold
-        sys.stdout.write("".join(map(printable_byte, prompt)) if as_bytes else tokenizer.decode(prompt) if tokenizer
-                         else args.prompt)
+        if as_bytes:
+            sys.stdout.write("".join(map(printable_byte, prompt)))
+        else:
+            sys.stdout.write(tokenizer.decode(prompt) if tokenizer is not None else args.prompt)
     if tty:
         sys.stdout.write("\033[1m")
     cropped = crop_prompt(prompt, context_length(model))
