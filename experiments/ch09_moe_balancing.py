@@ -1,0 +1,109 @@
+"""Chapter 9, MoE load balancing: how uneven does a small router's load get, with and without balancing?
+
+Trains the chapter's one-layer mixture (mixtral-like preset, width 32, 4 heads) on the chapter's
+Bigram-Backcopy data for each balancing method and seed, and prints the load imbalance (busiest expert's
+assignments over the mean) and the share of the least used experts, measured on the 64 x 64 held-out
+tokens, then the mean and spread over seeds. Run it on each kernel path (issue 22):
+
+    python tools/kernel_path.py pinned -- python experiments/ch09_moe_balancing.py
+    python tools/kernel_path.py alternate -- python experiments/ch09_moe_balancing.py
+    python experiments/ch09_moe_balancing.py            # native path
+
+The table it prints for the chapter's setting is in experiments/ch09_moe_balancing.md; the chapter's
+asserts take their margins from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from companion.data.loaders import SequenceData
+from companion.models import from_preset
+from companion.moe import load_imbalance
+from companion.training.trainer import TrainConfig, Trainer
+
+V, N_TRIGGERS, BOS, T_TRAIN = 16, 4, 16, 64
+METHODS = {"none": dict(aux_loss_coef=0.0),
+           "auxiliary loss": dict(aux_loss_coef=0.05),
+           "bias balancing": dict(aux_loss_coef=0.0, bias_balancing=True),
+           "bias, gamma 1e-2": dict(aux_loss_coef=0.0, bias_balancing=True, gamma=1e-2)}
+
+
+def backcopy_data():
+    """The chapter's training, held-out and stream sequences: the same seeds, the same order of draws."""
+    torch.manual_seed(0)
+    bigram = torch.distributions.Dirichlet(torch.full((V,), 0.2)).sample((V,))
+    gen = torch.Generator().manual_seed(0)
+
+    def sequences(n, T):
+        x = torch.empty(n, T, dtype=torch.long)
+        x[:, 0], x[:, 1] = BOS, torch.randint(0, V, (n,), generator=gen)
+        for t in range(2, T):
+            follow = torch.multinomial(bigram[x[:, t - 1]], 1, generator=gen).squeeze(1)
+            copy = (x[:, t - 1] < N_TRIGGERS) & (t >= 3)
+            x[:, t] = torch.where(copy, x[:, t - 2], follow)
+        return x
+
+    train, val = sequences(4000, T_TRAIN + 1), sequences(64, T_TRAIN + 1)
+    stream = sequences(16, 4 * T_TRAIN + 1)           # the chapter's streams, drawn next
+    return train, val, stream
+
+
+def run(method, seed, train, val, experts, top_k, steps, lr):
+    data = SequenceData(train.tolist(), None, batch_size=16, validation=(val.tolist(), None))
+    config = TrainConfig(steps=steps, lr=lr, warmup=20, weight_decay=0.0, log_every=50,
+                         device="cpu", precision="fp32", progress=False, seed=seed)
+    options = dict(METHODS[method])
+    gamma = options.pop("gamma", 1e-3)
+    torch.manual_seed(seed)
+    model = from_preset("mixtral-like", vocab_size=V + 1, d_model=32, n_layers=1, n_heads=4,
+                        moe_d_ff=32, n_experts=experts, top_k=top_k, **options)
+    model.layers[0].ffn.bias_update_rate = gamma       # DeepSeek-V3's gamma (1e-3 by default)
+    val_loss = Trainer(model, data, config).fit().last("val_loss")
+    model.eval()
+    with torch.no_grad():
+        model(val[:, :-1])
+    load = model.expert_load()[0]
+    share = load / load.sum()
+    return float(load_imbalance(load)), float(share.min()), val_loss
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--experts", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    path = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    print(f"kernel path: ATEN_CPU_CAPABILITY={path}, torch capability "
+          f"{torch.backends.cpu.get_cpu_capability()}; E={args.experts}, k={args.top_k}, "
+          f"{args.steps} steps, lr {args.lr:g}")
+    train, val, _ = backcopy_data()
+    rows = {}
+    for method in METHODS:
+        for seed in range(args.seeds):
+            start = time.time()
+            rows[method, seed] = run(method, seed, train, val, args.experts, args.top_k,
+                                     args.steps, args.lr)
+            imb, low, loss = rows[method, seed]
+            print(f"{method:16s} seed {seed}: imbalance {imb:.2f}, least share {low:.3f}, "
+                  f"val loss {loss:.3f} ({time.time() - start:.0f} s)", flush=True)
+    print("method          imbalance mean (min..max)   least share mean   val loss mean")
+    for method in METHODS:
+        imb = [rows[method, s][0] for s in range(args.seeds)]
+        low = [rows[method, s][1] for s in range(args.seeds)]
+        loss = [rows[method, s][2] for s in range(args.seeds)]
+        print(f"{method:16s} {statistics.mean(imb):5.2f} ({min(imb):.2f}..{max(imb):.2f})"
+              f"        {statistics.mean(low):.3f}            {statistics.mean(loss):.3f}")
+
+
+if __name__ == "__main__":
+    main()
