@@ -150,6 +150,56 @@ def test_fsdp_resume_equals_uninterrupted(fsdp_run):
     assert len(measured(runs["full"])) == STEPS + 2
 
 
+def _fsdp_bf16_worker(rank: int, world: int, tmp: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    torch.set_num_threads(1)
+    tmp = Path(tmp)
+    dist.init_process_group("gloo", init_method=f"file://{tmp / 'store16'}", rank=rank, world_size=world)
+    try:
+        trainer = Trainer(tiny_gpt(), data(tmp / "batches.pt"), config(parallel="fsdp", precision="bf16"))
+        seen = {}
+        block = trainer.model.blocks[0]
+        linear = next(m for m in block.modules() if isinstance(m, torch.nn.Linear))
+        # hooks that return None observe without changing anything
+        linear.register_forward_pre_hook(lambda m, args: None if seen.setdefault("weight", m.weight.dtype) else None)
+        trainer.model.register_forward_hook(lambda m, args, out: None if seen.setdefault("logits", out[0].dtype) else None)
+        history = trainer.fit()
+        shards = {p.dtype for p in trainer.model.parameters()}
+        assert all(isinstance(p, DTensor) for p in trainer.model.parameters())
+        if rank == 0:
+            (tmp / "fsdp16.json").write_text(json.dumps({
+                "records": history.to_dict()["records"], "shards": sorted(map(str, shards)),
+                "compute": str(seen["weight"]), "logits": str(seen["logits"]), "autocast": str(trainer.autocast_dtype)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp_bf16_policy_computes_in_bf16_keeps_fp32_shards_and_tracks_fp32(fsdp_run):
+    import torch.multiprocessing as mp
+
+    tmp, runs = fsdp_run
+    mp.spawn(_fsdp_bf16_worker, args=(2, str(tmp)), nprocs=2, join=True)
+    got = json.loads((tmp / "fsdp16.json").read_text())
+    # the policy, observed: bf16 weights inside the forward, float32 master shards, float32 logits, no autocast
+    assert got["compute"] == "torch.bfloat16" and got["shards"] == ["torch.float32"]
+    assert got["logits"] == "torch.float32" and got["autocast"] == "None"
+    # the same run in float32 (the module's fixture): bf16 keeps 8 mantissa bits (relative rounding 2^-9 =
+    # 0.2% per operation), so after 4 steps the losses agree to a few percent, not to float32's 1e-5
+    fp32 = [r for r in runs["full"]["records"] if "loss" in r]
+    bf16 = [r for r in got["records"] if "loss" in r]
+    assert len(bf16) == len(fp32) == STEPS
+    for a, b in zip(bf16, fp32):
+        assert a["loss"] == pytest.approx(b["loss"], rel=3e-2), (a, b)
+    assert any(abs(a["loss"] - b["loss"]) > 1e-5 * b["loss"] for a, b in zip(bf16, fp32))  # it did run in bf16
+
+
+def test_fsdp_reduce_dtype_is_validated():
+    with pytest.raises(ValueError, match=r"fsdp_reduce_dtype must be one of \('fp32', 'bf16', 'fp16'\); got 'int8'"):
+        TrainConfig(fsdp_reduce_dtype="int8")
+
+
 def test_transformer_blocks_are_the_layers_of_each_family():
     gpt = tiny_gpt()
     assert transformer_blocks(gpt) == list(gpt.blocks)

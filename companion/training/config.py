@@ -22,6 +22,7 @@ __all__ = ["TrainConfig", "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "
 SCHEDULES = ("constant", "cosine", "noam")
 OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
 PRECISIONS = PRECISION_CHOICES  # companion.precision: "auto" follows the GPU's compute capability
+REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 PARALLEL = ("ddp", "fsdp")  # how several torchrun processes share a run (one process: no wrapping at all)
 
 
@@ -51,6 +52,7 @@ class TrainConfig:
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (companion.precision)
     compile: bool = False
     parallel: str = "ddp"  # ddp | fsdp: how several torchrun processes share the work (module docstring)
+    fsdp_reduce_dtype: str = "fp32"  # fsdp with precision bf16/fp16: the dtype gradients are reduced in
     device: str | None = None  # None: cuda (this process's LOCAL_RANK) if available, else cpu
     seed: int = 0
     progress: bool | None = None  # None: on, except under pytest / $COMPANION_PROGRESS=0
@@ -88,6 +90,8 @@ class TrainConfig:
         need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
         need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
         need(self.parallel in PARALLEL, f"parallel must be one of {PARALLEL}; got {self.parallel!r}")
+        need(self.fsdp_reduce_dtype in REDUCE_PRECISIONS,
+             f"fsdp_reduce_dtype must be one of {REDUCE_PRECISIONS}; got {self.fsdp_reduce_dtype!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -75,19 +75,33 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     return out
 
 
-def shard(model: nn.Module, device: torch.device, world: int) -> None:
+def shard(model: nn.Module, device: torch.device, world: int, *, compute_dtype: torch.dtype | None = None,
+          reduce_dtype: torch.dtype = torch.float32) -> None:
     """FSDP2: ``fully_shard`` each transformer block, then the root (in place: the parameters become
-    DTensors holding 1/world of each tensor on this process)."""
+    DTensors holding 1/world of each tensor on this process).
+
+    With a ``compute_dtype`` (bf16 or fp16) the mixed-precision policy is FSDP's own: each shard stays
+    float32 (the master weights the optimizer updates), the all-gather before a block's forward and
+    backward casts the parameters to ``compute_dtype`` (half the bytes on the wire and in memory), the
+    gradients are reduce-scattered in ``reduce_dtype`` (float32 by default: a sum over processes in 16
+    bits loses the small contributions), and the root's output (the logits) comes back in float32 so the
+    loss is computed at full precision."""
     try:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     except ImportError:  # pragma: no cover - torch < 2.6 or built without distributed
         raise ValueError(f"parallel='fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); torch "
                          f"{torch.__version__} lacks it: use parallel='ddp'") from None
     mesh = init_device_mesh(device.type, (world,))
+    policy = {}
+    if compute_dtype is not None:
+        policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)}
     for block in transformer_blocks(model):
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, **policy)
+    if compute_dtype is not None:
+        policy = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype,
+                                                    output_dtype=torch.float32)}
+    fully_shard(model, mesh=mesh, **policy)
 
 
 def full_options():

@@ -57,7 +57,9 @@ processes must run the same number of them). With one process ``parallel`` chang
 Precision (``companion.precision``): ``"auto"`` is bf16 autocast on a GPU of compute capability 8.0+,
 fp16 autocast with a gradient scaler on 7.x (a T4, a V100: the scaler multiplies the loss before backward,
 unscales before clipping, and skips a step whose gradients overflowed), float32 on older GPUs and the CPU
-(``"bf16"`` forces autocast on the CPU too; a request the device cannot honour is a ValueError). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
+(``"bf16"`` forces autocast on the CPU too; a request the device cannot honour is a ValueError). Under
+``parallel="fsdp"`` a 16-bit precision is FSDP2's mixed-precision policy instead of autocast: float32
+shards, 16-bit all-gathers and compute, gradients reduced in ``fsdp_reduce_dtype`` (float32 by default). On CUDA the models' ``backend="auto"`` attention already calls torch's SDPA kernels; the
 trainer also allows TF32 matmuls. ``compile=True`` wraps the model in ``torch.compile``.
 Progress: a ``tqdm.auto`` bar with loss, tokens/s and learning rate; off when ``progress=False``, when
 ``$COMPANION_PROGRESS=0``, or under pytest (which covers nbval runs of the notebooks), and on every DDP
@@ -90,6 +92,8 @@ from companion.training.distributed import shard as _shard
 from companion.training.history import History
 from companion.training.losses import default_loss
 from companion.precision import choose_precision, cuda_capability
+
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 from companion.training.resume import restore
 
@@ -168,8 +172,12 @@ class Trainer:
         self.loss_fn = loss_fn
         self.tokenizer = tokenizer
         self._fsdp = self.world > 1 and config.parallel == "fsdp"
-        if self._fsdp:
-            _shard(self.model, self.device, self.world)  # before the optimizer: it must hold the sharded parameters
+        if self._fsdp:  # before the optimizer: it must hold the sharded parameters
+            # a 16-bit precision becomes FSDP's mixed-precision policy (16-bit all-gathers and compute,
+            # float32 shards and reductions) instead of autocast
+            _shard(self.model, self.device, self.world, compute_dtype=self.autocast_dtype,
+                   reduce_dtype=REDUCE_DTYPES[config.fsdp_reduce_dtype])
+            self.autocast_dtype = None
         self.optimizer = self._build_optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule())
         self.step = 0
