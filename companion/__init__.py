@@ -22,6 +22,8 @@ The mathematics
 - ``companion.accounting``: parameters, FLOPs, KV-cache bytes, GPU peaks, by formula (3, 6, 8, 10).
 - ``companion.hf``: weights to and from Hugging Face transformers (6-9; optional extra ``hf``).
 - ``companion.files``: atomic file writes and SHA-256 digests.
+- ``companion.precision``: the training arithmetic a GPU's compute capability allows (bf16 / fp16 +
+  scaler / fp32), and which dtypes the Triton kernels take there.
 
 The systems
 - ``companion.kernels``: ``attend``, the one attention entry point (reference, sdpa, tiled, triton);
