@@ -229,6 +229,7 @@ def test_round_trip_from_hf_side_is_exact(arch):
         (lambda: from_preset("llama-like", rope_scaling="ntk", rope_factor=2.0), None, "rope_scaling"),
         (lambda: from_preset("qwen3-like", attn_softcap=5.0), None, "attn_softcap"),
         (lambda: from_preset("deepseek-like", rope_scaling="yarn"), None, "rope_scaling"),  # the book's YaRN
+        (lambda: from_preset("deepseek-like", final_softcap=4.0), None, "final_softcap"),  # found by the sweep
         (lambda: from_preset("mixtral-like", router="sigmoid"), None, "router"),
         (lambda: from_preset("mixtral-like", n_shared_experts=1), None, "n_shared_experts"),
         (lambda: from_preset("mixtral-like"), "llama", "n_experts"),

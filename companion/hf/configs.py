@@ -62,6 +62,8 @@ def _common_decoder_checks(c: DecoderConfig, arch: str) -> list[str]:
     if c.dropout:
         p.append(f"dropout={c.dropout} (HF applies dropout to attention weights only; ours also to the residual "
                  "stream: set dropout=0)")
+    if c.final_softcap is not None and not gemma:  # whatever the attention (MLA included)
+        p.append(f"final_softcap={c.final_softcap} (soft-capping exists in Gemma 2 / 3 only)")
     if c.attention == "mha":
         want_qk = arch in _QWEN3 or arch == "gemma3_text"
         if c.qk_norm != want_qk:
@@ -72,9 +74,8 @@ def _common_decoder_checks(c: DecoderConfig, arch: str) -> list[str]:
             if c.query_pre_attn_scalar not in (None, c.attn_head_dim):
                 p.append(f"query_pre_attn_scalar={c.query_pre_attn_scalar} "
                          f"(the {fam} class scales scores by 1/sqrt(head_dim))")
-            for f in ("attn_softcap", "final_softcap"):
-                if getattr(c, f) is not None:
-                    p.append(f"{f}={getattr(c, f)} (soft-capping exists in Gemma 2 / 3 only)")
+            if c.attn_softcap is not None:
+                p.append(f"attn_softcap={c.attn_softcap} (soft-capping exists in Gemma 2 / 3 only)")
         elif arch == "gemma3_text" and c.attn_softcap is not None:
             p.append(f"attn_softcap={c.attn_softcap} (Gemma 3's attention reads attn_logit_softcapping but never "
                      "applies it; Gemma 2 soft-caps its scores)")

@@ -56,6 +56,9 @@ def _deepseek_from_hf_config(h, p: list[str], common: dict) -> DecoderConfig:
         groups = h.n_group or 1
         if h.n_routed_experts % groups or (groups > 1 and h.n_routed_experts // groups < 2):
             p.append(f"n_group={h.n_group} with n_routed_experts={h.n_routed_experts} (groups of >= 2 experts each)")
+        elif h.num_experts_per_tok > (h.topk_group or groups) * (h.n_routed_experts // groups):
+            p.append(f"num_experts_per_tok={h.num_experts_per_tok} with topk_group={h.topk_group} of n_group={h.n_group} "
+                     "(more experts than the chosen groups hold: DeepseekV3TopkRouter would pick masked ones)")
     _require(p, "companion")
     routing = dict(
         expert_groups=(h.n_group or 1) if moe else 1, topk_groups=(h.topk_group or h.n_group or 1) if moe else None,
