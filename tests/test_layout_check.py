@@ -178,3 +178,12 @@ def test_screenshot_shows_each_element_where_the_page_lays_it_out(browser, tmp_p
         assert shot.getpixel((5, int(y) + 30)) == (250, 250, 0)  # the sidebar beside it, as a reader sees
     assert shot.getpixel((width // 2, 10)) == (0, 0, 255)  # the header at the top
     assert shot.getpixel((width - 5, 2000)) == (255, 255, 255)  # and drawn only there
+
+
+def test_main_skips_a_redirect_page_and_reports_without_failing_until_enforced(tmp_path, capsys):
+    (tmp_path / "index.html").write_text('<html><head><meta http-equiv="Refresh" content="0; url=p.html"></head></html>')
+    (tmp_path / "p.html").write_text(LONG_OUTPUT)
+    assert check_layout.main([str(tmp_path), "--widths", "1280"]) == (1 if check_layout.ENFORCED else 0)
+    out = capsys.readouterr().out
+    assert "index.html" not in out and "p.html @ 1280 px" in out and "longest line" in out
+    assert check_layout.main([str(tmp_path), "--widths", "1280", "--strict"]) == 1

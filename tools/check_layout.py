@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -268,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     if chrome is None:
         print("check_layout: no Chromium found (set $CHROME or install chromium-headless-shell); nothing measured")
         return 0
+    redirect = re.compile(r"http-equiv=[\"']?refresh", re.I)  # a bare redirect (index.html): nothing to measure
     pages = [args.site / p for p in args.pages] if args.pages else [
-        p for p in check_browser.site_pages(args.site) if "http-equiv=\"refresh\"" not in p.read_text(errors="replace")]
+        p for p in check_browser.site_pages(args.site) if not redirect.search(p.read_text(errors="replace"))]
     if not pages:
         print(f"check_layout: no pages under {args.site}; build the book first")
         return 1
