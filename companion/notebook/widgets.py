@@ -166,8 +166,8 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
     frequency omega_r of each pair r (log scale, the chapter's notation) as
     ``companion.positions.rope_inverse_frequencies`` computes it, beside the plain omega_r =
     base^(-2r/d_h). Right panel: the rotary score of a vector of ones with itself at offset n,
-    <R_n q, R_0 q> / |q|^2 = t^2 mean_r cos(n omega_r) (t the YaRN
-    temperature factor), for n up to ``max_len``, with ``trained_len`` marked: the scores a model
+    <R_n q, R_0 q> / |q|^2 = m^2 mean_r cos(n omega_r), m = sqrt(1/t) the factor YaRN puts on q and
+    k (t its temperature, as in the paper; m = 1 for the other schemes), for n up to ``max_len``, with ``trained_len`` marked: the scores a model
     never saw lie to its right."""
     import ipywidgets as widgets
 
