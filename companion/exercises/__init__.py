@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import signal
+import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ __all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "Exer
            "Report", "integer_answer", "diagnose_integer", "TIME_LIMIT"]
 
 _REGISTRY: dict[str, Callable] = {}
+WIDTH = 88  # characters of an output line on the rendered page (CONTRIBUTING.md, "Code width")
 TIME_LIMIT = 10.0  # seconds per call of the learner's function (check's default)
 
 
@@ -108,7 +110,10 @@ class Report:
     cases: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return f"{self.name}: all {len(self.cases)} cases pass (" + "; ".join(self.cases) + ")"
+        # one case a line, wrapped to the 88 characters a code cell's output shows without scrolling
+        lines = [f"{self.name}: all {len(self.cases)} cases pass"]
+        lines += [textwrap.fill(case, WIDTH, initial_indent="  - ", subsequent_indent="    ") for case in self.cases]
+        return "\n".join(lines)
 
 
 def register(name: str):
