@@ -15,7 +15,12 @@ CHAPTER = BOOK / "ch13_capstone.ipynb"
 # a Markdown link [text](page.html#claim-...) or, as the chapter writes them (MyST would treat the Markdown
 # form as a cross-reference it cannot resolve), an HTML <a href="page.html#claim-...">
 ANCHOR = re.compile(r"(?:\]\(|href=\")(ch\d\d_[a-z0-9_]+)\.html#(claim-ch\d\d-[a-z0-9-]+)(?:\)|\")")
-DOC = re.compile(r"\{doc\}`([^`<>]+?)`")
+# {doc}`ch04_gpt` or, with a short text (the chapter's number in the compact tables), {doc}`4 <ch04_gpt>`
+DOC = re.compile(r"\{doc\}`(?:[^`<>]*<([^`<>]+)>|([^`<>]+?))`")
+
+
+def doc_targets(text: str) -> list[str]:
+    return [bracketed or plain for bracketed, plain in DOC.findall(text)]
 
 
 def markdown(path: Path) -> str:
@@ -46,7 +51,9 @@ def test_every_linked_claim_anchor_exists():
 
 
 def test_every_doc_link_names_an_existing_page():
-    missing = [d for d in DOC.findall(markdown(CHAPTER))
+    targets = doc_targets(markdown(CHAPTER))
+    assert "ch04_gpt" in targets and "ch11_flash" in targets
+    missing = [d for d in targets
                if not any((BOOK / f"{d}{ext}").exists() for ext in (".ipynb", ".md"))]
     assert missing == []
 
@@ -72,3 +79,14 @@ def test_a_dangling_anchor_is_reported(tmp_path):
 def test_claim_anchor_belongs_to_its_chapter(anchor):
     page = next(p for p, a in ANCHOR.findall(markdown(CHAPTER)) if a == anchor)
     assert anchor.split("-")[1] == page[:4]      # claim-ch06-... lives in ch06_*.ipynb
+
+
+def test_tables_name_chapters_by_number():
+    """The two tables link chapters by number ({doc}`4 <ch04_gpt>`): a chapter's full title in a
+    narrow column wrapped over four or five lines."""
+    text = markdown(CHAPTER)
+    for header in ("| Eq. |", "| Change |"):
+        table = text[text.index(header):].split("\n\n")[0]
+        links = DOC.findall(table)
+        assert links and all(bracketed for bracketed, _ in links), header
+        assert all(re.search(r"\{doc\}`\d{1,2} <", row) for row in table.splitlines()[2:])
