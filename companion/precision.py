@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Precision", "PRECISIONS", "cuda_capability", "choose_precision", "triton_refusal"]
+__all__ = ["Precision", "PRECISIONS", "DTYPES", "cuda_capability", "choose_precision", "triton_refusal"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # each name's dtype
 BF16_CAPABILITY = (8, 0)
 FP16_CAPABILITY = (7, 0)
 

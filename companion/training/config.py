@@ -14,6 +14,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
+from companion.precision import DTYPES
 from companion.precision import PRECISIONS as PRECISION_CHOICES
 
 __all__ = ["TrainConfig", "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "HYPERPARAMETERS", "FIXED",
@@ -22,7 +23,7 @@ __all__ = ["TrainConfig", "SCHEDULES", "OPTIMIZERS", "PRECISIONS", "PARALLEL", "
 SCHEDULES = ("constant", "cosine", "noam")
 OPTIMIZERS = ("adamw", "adam", "adam_l2", "torch_adamw")
 PRECISIONS = PRECISION_CHOICES  # companion.precision: "auto" follows the GPU's compute capability
-REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
+REDUCE_PRECISIONS = tuple(DTYPES)  # the dtypes FSDP may reduce gradients in
 PARALLEL = ("ddp", "fsdp")  # how several torchrun processes share a run (one process: no wrapping at all)
 
 

@@ -91,9 +91,7 @@ from companion.training.distributed import full_options as _full_options
 from companion.training.distributed import shard as _shard
 from companion.training.history import History
 from companion.training.losses import default_loss
-from companion.precision import choose_precision, cuda_capability
-
-REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from companion.precision import DTYPES, choose_precision, cuda_capability
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 from companion.training.resume import restore
 
@@ -176,7 +174,7 @@ class Trainer:
             # a 16-bit precision becomes FSDP's mixed-precision policy (16-bit all-gathers and compute,
             # float32 shards and reductions) instead of autocast
             _shard(self.model, self.device, self.world, compute_dtype=self.autocast_dtype,
-                   reduce_dtype=REDUCE_DTYPES[config.fsdp_reduce_dtype])
+                   reduce_dtype=DTYPES[config.fsdp_reduce_dtype])
             self.autocast_dtype = None
         self.optimizer = self._build_optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule())
