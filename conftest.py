@@ -81,19 +81,26 @@ def pytest_collection_finish(session):
         raise pytest.UsageError(f"notebooks under book/ that nbval did not collect: {missing}")
 
 
+def _on_pinned_path():
+    return all(os.environ.get(k) == v for k, v in environ("pinned").items())
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _durations:
         return
     tr = terminalreporter
-    tr.section("notebook execution time (slowest first)")
+    # The budget is the pinned (AVX2) path's; the alternate path's no-SIMD kernels are ~1.8x slower.
+    budgeted = _on_pinned_path()
+    tr.section("notebook execution time (slowest first)"
+               + ("" if budgeted else "; budget not applied off the pinned kernel path"))
     total = 0.0
     for path, secs in sorted(_durations.items(), key=lambda kv: -kv[1]):
-        flag = "  OVER BUDGET" if secs > CHAPTER_BUDGET_S else ""
+        flag = "  OVER BUDGET" if budgeted and secs > CHAPTER_BUDGET_S else ""
         tr.write_line(f"{secs:8.1f} s  {path}{flag}")
         if path.endswith(".ipynb"):
             total += secs
     if total:
-        flag = "  OVER BUDGET" if total > BOOK_BUDGET_S else ""
+        flag = "  OVER BUDGET" if budgeted and total > BOOK_BUDGET_S else ""
         tr.write_line(f"{total:8.1f} s  all notebooks, summed (budget {CHAPTER_BUDGET_S:.0f} s a chapter, "
                       f"{BOOK_BUDGET_S / 60:.0f} min in all){flag}")
 
@@ -104,8 +111,7 @@ def pytest_sessionfinish(session, exitstatus):
         return  # an xdist worker: the controller has every report
     chapters = {p.name for p in (ROOT / "book").glob("ch[0-9][0-9]_*.ipynb")}
     timed = {Path(p).name: s for p, s in _durations.items() if p.endswith(".ipynb")}
-    pinned = all(os.environ.get(k) == v for k, v in environ("pinned").items())
-    if not session.config.getoption("nbval", default=False) or not pinned:
+    if not session.config.getoption("nbval", default=False) or not _on_pinned_path():
         return  # only the run on the pinned path that compares outputs is the book's reference run
     if not chapters or set(timed) != chapters or _failed or exitstatus != 0:
         return
