@@ -112,7 +112,7 @@ class ContiguousLayerCache(LayerCache):
         """Positions and rows readable by queries whose window starts at ``lowest``: the kept initial
         rows below it, then the contiguous rows from ``lowest`` on (views where no kept row interferes)."""
         r0 = self._first_live(lowest)
-        pos, rows = self._pos[r0 : self._n], tuple(b[..., r0 : self._n, :] for b in self._buf)
+        pos, rows = self._pos[r0 : self._n], tuple(b.narrow(-2, r0, self._n - r0) for b in self._buf)
         base = self.length - self._n
         n_kept = max(0, min(self.keep - base, r0))  # kept rows still in the buffer, below r0
         if self._kept is None and not n_kept:
@@ -171,20 +171,25 @@ class ContiguousLayerCache(LayerCache):
         T = positions.shape[0]
         if any(r.shape[-2] != T for r in rows):
             raise ValueError(f"every stored tensor needs T={T} rows in dim -2; got {[tuple(r.shape) for r in rows]}")
-        if T and int(positions[0]) != self.length:
+        # The start is read on the host only from CPU positions (free there; on a GPU it would be a
+        # device sync per layer and step, and the model made these positions from ``length`` itself).
+        if T and positions.device.type == "cpu" and int(positions[0]) != self.length:
             raise ValueError(f"new rows must start at position cache.length={self.length}; got {int(positions[0])}")
         if self._buf is not None and any(r.shape[:-2] != b.shape[:-2] or r.shape[-1] != b.shape[-1]
                                          for r, b in zip(rows, self._buf)):
             raise ValueError(f"rows {[tuple(r.shape) for r in rows]} do not match the stored "
                              f"{[tuple(b.shape) for b in self._buf]} outside dim -2")
-        self._make_room(T, rows, positions)
+        if self._buf is None or self._n + T > self._pos.shape[0] or len(rows) != len(self._buf):
+            self._make_room(T, rows, positions)
         n = self._n
         self._pos[n : n + T] = positions
-        for b, r in zip(self._buf, rows):
-            b[..., n : n + T, :] = r
+        for b, r in zip(self._buf, rows):  # the write of the new rows: all a step stores
+            b.narrow(-2, n, T).copy_(r)
         lowest = self._lowest(self.length)  # what the new queries read: as before these rows came
         self._n += T
         self.length += T
+        if self.window is None and self._kept is None:  # a global layer: rows [0, n + T), as views
+            return self._pos[: n + T], tuple(b.narrow(-2, 0, n + T) for b in self._buf)
         return self._live(lowest)
 
     @property
@@ -223,7 +228,7 @@ class ContiguousLayerCache(LayerCache):
         if self._buf is None:
             return 0
         S = self.stored
-        return sum(b[..., :1, :].numel() * S * b.element_size() for b in self._buf)
+        return sum(b.numel() // b.shape[-2] * S * b.element_size() for b in self._buf)
 
     def capacity_nbytes(self) -> int:
         """Bytes allocated, spare capacity included."""

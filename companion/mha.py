@@ -261,7 +261,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("cross-attention keeps no cache here: its keys come from the fixed memory")
             q, k, v = self.project_qkv(x, memory)
             out = attend(q, k, v, mask=mask, backend=self.backend, sinks=self.sinks, scale=self.scale)
-            return self.dropout(self.out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)))
+            return self._dropout(self.out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)))
 
         B, T, _ = x.shape
         if positions is None:
@@ -280,7 +280,7 @@ class MultiHeadAttention(nn.Module):
             # reads the pages) stores k, v and returns the output; None = it cannot, read it below.
             out = cache.attend(q, k, v, positions, window=self.window, backend=self.backend)
             if out is not None:
-                return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+                return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
         same_sequence = None  # (T, S) for a packed multi-sequence batch (companion.cache.PackedLayerView)
         if cache is not None:
             k_positions, (k, v) = cache.update(positions, k, v)
@@ -313,7 +313,11 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 allowed = allowed & mask
             out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
-        return self.dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+        return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+
+    def _dropout(self, x: Tensor) -> Tensor:
+        """Dropout where it acts (training, p > 0); otherwise x itself, without a module call."""
+        return self.dropout(x) if self.training and self.dropout.p else x
 
     def _plain_causal(self, mask: Tensor | None) -> bool:
         """Causal self-attention with at most a sliding window: what ``LayerCache.attend`` computes.
