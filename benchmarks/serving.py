@@ -1,7 +1,7 @@
 """Serving benchmarks for chapter 12: KV-cache decode cost, paged memory, prefix sharing, quantised
 pages, and continuous-batching throughput. Prints markdown tables (pasted into benchmarks/README.md).
 
-    .venv/bin/python benchmarks/serving.py [decode|memory|prefix|quant|scores|throughput|hf|bandwidth|all]
+    .venv/bin/python benchmarks/serving.py [decode|memory|prefix|quant|scores|throughput|hf|hf24|bandwidth|gather|all]
 
 Every experiment uses randomly initialised toy models: the numbers measure the machinery (time per
 token, bytes held), not text quality.
@@ -21,7 +21,7 @@ from companion.engine.bench import serve_benchmark
 from companion.inference.generate import SamplingParams, generate
 from companion.models import from_preset
 from companion.cache import LayerCache, PackedLayerView
-from companion.inference.paged import PagedKVCache
+from companion.inference.paged import GatherGroup, PagedBatch, PagedKVCache
 
 
 def fit_exponent(xs, ys) -> float:
@@ -71,6 +71,32 @@ class ConcatModelCache:
 
     def nbytes(self):
         return sum(sum(r.numel() * r.element_size() for r in layer.views[0].rows or ()) for layer in self.layers)
+
+
+class GatherEveryStep(PagedBatch):
+    """The engine's "gather" read as it was before issue 28 item 2 (kept here as the baseline): in
+    every layer of every step each group's keys and values are copied out of the pages
+    (``PagePool.read_slots``: one index_select for K, one for V) into a padded (B, L, g, d) tensor,
+    which is then attended as the seats are now. (It still writes the seats, and never reads them.)"""
+
+    def group_keys(self, layer, dtype):
+        if not hasattr(self, "_copy_groups"):  # once per step: the groups at batch rows 0..B-1, their slots
+            lens, self._copy_groups = self.new_lengths, []
+            members = [m for m in ([b for b, n in enumerate(lens) if n == 1], [b for b, n in enumerate(lens) if n > 1]) if m]
+            for grp, m in zip(self.groups(), members):
+                slots = self._all_slots[torch.tensor(m)][:, : grp.L].reshape(-1)
+                copy = GatherGroup(torch.arange(grp.B), grp.rows, grp.q_pos, grp.real, grp.dest, grp.B, grp.T, grp.L)
+                self._copy_groups.append((copy, slots))
+        pool = self.owner.pool
+        return [(grp, *(pool.read_slots(layer, i, slots, dtype).view(grp.B, grp.L, *pool.data[layer][i].shape[2:]) for i in (0, 1)))
+                for grp, slots in self._copy_groups]
+
+
+def gathering_every_step(engine: Engine) -> Engine:
+    """``engine`` with its paged batches built as ``GatherEveryStep`` (the read before issue 28 item 2)."""
+    kv = engine.kv
+    kv.pack = lambda seqs, new_lengths: GatherEveryStep(kv, seqs, new_lengths)
+    return engine
 
 
 def bench_decode(lengths=(128, 512, 1024), repeats=3, d_model=256, n_layers=4) -> dict:
@@ -262,7 +288,8 @@ def left_padded(prompts) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=True, hf_compiled=True, title="") -> dict:
+def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=True, hf_compiled=True, title="",
+                              before=False) -> dict:
     """The Engine against transformers' batched generate() on the same weights, on the model's device
     and dtype; prints one markdown table and the goal verdicts; returns generated tokens/s by
     (workload, run).
@@ -275,6 +302,7 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
     ``hf_compiled``, transformers with its own compile (``cache_implementation="static"`` +
     ``CompileConfig``, which generate() compiles the decode forward with; on a CPU only when asked to,
     ``_compile_all_devices``). A compiled run that fails is reported and left out; the rest are timed.
+    With ``before``, also the eager Engine with the read of before issue 28 item 2 (``GatherEveryStep``).
 
     Generated tokens/s counts the tokens the requests asked for (sum of n_i) over the wall time.
     Repetitions are interleaved (every run, per workload, per round) after one untimed warm-up round,
@@ -312,9 +340,11 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
         wall = time.perf_counter() - start
         return wall, [row[:k] for row, k in zip(out[:, L:].tolist(), lens)]
 
-    def run_engine(lens, compile_):
+    def run_engine(lens, compile_, old_read=False):
         budget = max(1024, sum(len(p) for p in prompts))  # every prompt can prefill in the first step
         engine = Engine(model, page_size=16, max_batch_tokens=budget, max_seqs=n_requests, compile=compile_)
+        if old_read:
+            gathering_every_step(engine)
         params = [SamplingParams(max_new_tokens=k) for k in lens]
         sync()
         start = time.perf_counter()
@@ -325,12 +355,15 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
     runs = {"hf": lambda lens: run_hf(lens, False)}
     if hf_compiled:
         runs["hf_c"] = lambda lens: run_hf(lens, True)
+    if before:
+        runs["engine_0"] = lambda lens: run_engine(lens, False, old_read=True)
     runs["engine"] = lambda lens: run_engine(lens, False)
     if compiled:
         runs["engine_c"] = lambda lens: run_engine(lens, True)
     names = {"hf": "transformers generate, eager (static batch, left padding)",
              "hf_c": "transformers generate, static cache + torch.compile",
-             "engine": "companion Engine, eager (paged, per-sequence gather + SDPA)",
+             "engine_0": "companion Engine, eager, before (copies every page, every layer, every step)",
+             "engine": "companion Engine, eager (paged, seats + SDPA)",
              "engine_c": "companion Engine, compile=True (compiled decode step)"}
     times = {(w, r): [] for w in workloads for r in runs}
     first, tokens = {}, {}
@@ -374,16 +407,18 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
             same = sum(a == b for a, b in zip(tokens[w, "engine_c"], tokens[w, "engine"]))
             print(f"compiled engine tokens identical to the eager engine's, {w}: {same}/{n_requests}")
     for w in workloads:
-        for r in [r for r in ("engine", "engine_c") if r in runs]:
+        for r in [r for r in ("engine_0", "engine", "engine_c") if r in runs]:
             for base in [b for b in ("hf", "hf_c") if b in runs]:
                 ratio = result[w, r] / result[w, base]
-                print(f"Goal (>= 2x), {w}, {'eager' if r == 'engine' else 'compiled'} engine vs transformers "
+                kind = {"engine_0": "eager (before)", "engine": "eager", "engine_c": "compiled"}[r]
+                print(f"Goal (>= 2x), {w}, {kind} engine vs transformers "
                       f"{'eager' if base == 'hf' else 'compiled'}: {'met' if ratio >= 2 else 'NOT met'} ({ratio:.2f}x)")
     return result
 
 
 def bench_hf(
     n_requests=16, new=32, d_model=128, n_layers=4, n_heads=4, reps=5, mixed_range=(8, 64), compiled=True, hf_compiled=True,
+    before=False,
 ) -> dict:
     """``compare_with_transformers`` on a llama-like model on the CPU, prompts of 16..64 tokens, two
     workloads: equal (every request wants ``new`` tokens: the best case for a static batch) and mixed
@@ -395,7 +430,13 @@ def bench_hf(
     workloads = {"equal": [new] * n_requests, "mixed": [rng.randint(*mixed_range) for _ in range(n_requests)]}
     title = (f"{n_requests} requests (prompts 16..64), llama-like d={d_model}, {n_layers} layers, {n_heads} heads "
              f"({model.num_parameters() / 1e6:.2f}M parameters)")
-    return compare_with_transformers(model, prompts, workloads, reps, compiled, hf_compiled, title)
+    return compare_with_transformers(model, prompts, workloads, reps, compiled, hf_compiled, title, before)
+
+
+def bench_hf_read() -> dict:
+    """Issue 28 item 2's workload: 24 requests, d = 256, eager runs only, the Engine before (pages
+    gathered every step) and after (seats), side by side with transformers in one interleaved run."""
+    return bench_hf(n_requests=24, d_model=256, compiled=False, hf_compiled=False, before=True)
 
 
 def bench_hf_sizes() -> None:
@@ -505,59 +546,89 @@ def bench_bandwidth(batches=(1, 4, 16), d_model=1024, n_layers=16, n_heads=8, n_
 
 @torch.no_grad()
 def bench_gather(batch=16, context=1024, steps=8, d_model=256, n_layers=4, n_heads=4, n_kv_heads=2) -> dict:
-    """Share of the eager engine's decode step spent copying K/V out of the pages (the default
-    ``attention_kernel="gather"``): ``PagePool.read_slots`` (one index_select per layer for K and for V,
-    into a contiguous (B, g, L, d) tensor) is wrapped with a timer during ``steps`` pure decode steps
-    of ``batch`` sequences whose prompts are ``context - 1`` tokens (prefilled first, untimed)."""
+    """Share of the eager engine's decode step spent moving K/V, before (``GatherEveryStep``: every
+    layer copies every sequence's K/V out of the pages) and after (seats: only the new rows move), in
+    one run: two engines over the same model and prompts (``batch`` sequences whose prompts are
+    ``context - 1`` tokens, prefilled first, untimed), their ``steps`` pure decode steps interleaved.
+    Timed by wrapping the functions that move K/V: ``PagePool.read_slots`` (the copy out of the
+    pages), ``SeatBuffers.fill`` (a seat's missing rows from the pages), ``SeatBuffers.write`` and
+    ``PagePool.write_slots`` (the new rows into the seats and the pages)."""
     import statistics
 
-    from companion.inference.paged import PagePool
+    from companion.inference.paged import PagePool, SeatBuffers
 
     torch.manual_seed(6)
     model = from_preset("llama-like", d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
                         max_seq_len=context + steps + 2).eval()
-    rng = random.Random(6)
     p = 16
-    engine = Engine(model, page_size=p, n_pages=batch * -(-(context + steps + 1) // p), max_seqs=batch,
-                    max_batch_tokens=batch * context, prefix_sharing=False)
-    for _ in range(batch):
-        engine.add_request([rng.randrange(256) for _ in range(context - 1)], SamplingParams(max_new_tokens=steps + 2))
-    while not all(s.output for s in engine.sequences):
-        engine.step()
-    spent, original = [0.0], PagePool.read_slots
+    engines = {}
+    for name in ("before", "after"):
+        rng = random.Random(6)
+        engine = Engine(model, page_size=p, n_pages=batch * -(-(context + steps + 1) // p), max_seqs=batch,
+                        max_batch_tokens=batch * context, prefix_sharing=False)
+        if name == "before":
+            gathering_every_step(engine)
+        for _ in range(batch):
+            engine.add_request([rng.randrange(256) for _ in range(context - 1)], SamplingParams(max_new_tokens=steps + 2))
+        while not all(s.output for s in engine.sequences):
+            engine.step()
+        engines[name] = engine
+    spent = {"read": 0.0, "write": 0.0}
+    wrapped = [(PagePool, "read_slots", "read"), (SeatBuffers, "fill", "read"), (SeatBuffers, "write", "write"),
+               (PagePool, "write_slots", "write")]
+    originals = [getattr(cls, attr) for cls, attr, _ in wrapped]
 
-    def timed(self, *args, **kwargs):
-        start = time.perf_counter()
-        out = original(self, *args, **kwargs)
-        spent[0] += time.perf_counter() - start
-        return out
+    def timer(fn, kind):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            spent[kind] += time.perf_counter() - start
+            return out
+        return timed
 
-    shares, times = [], []
-    PagePool.read_slots = timed
+    rows = {name: {"step": [], "read": [], "write": []} for name in engines}
+    tokens = {name: [] for name in engines}
+    for (cls, attr, kind), fn in zip(wrapped, originals):
+        setattr(cls, attr, timer(fn, kind))
     try:
         for _ in range(steps):
-            spent[0] = 0.0
-            start = time.perf_counter()
-            engine.step()
-            times.append(time.perf_counter() - start)
-            shares.append(spent[0] / times[-1])
+            for name, engine in engines.items():
+                spent["read"] = spent["write"] = 0.0
+                start = time.perf_counter()
+                tokens[name].append(engine.step())
+                t = time.perf_counter() - start
+                rows[name]["step"].append(t)
+                rows[name]["read"].append(spent["read"] / t)
+                rows[name]["write"].append(spent["write"] / t)
     finally:
-        PagePool.read_slots = original
+        for (cls, attr, _), fn in zip(wrapped, originals):
+            setattr(cls, attr, fn)
+    assert tokens["before"] == tokens["after"], "the two reads must give the same tokens"
     c = model.config
     copied = 2 * n_layers * batch * context * c.kv_heads * c.attn_head_dim * 4
-    share = statistics.median(shares)
-    print(f"\n### The engine's paged read: copy share of a decode step (llama-like d={d_model}, {n_layers} layers, "
-          f"{n_heads} heads, {n_kv_heads} kv heads; batch {batch}, context {context}; median of {steps} steps, "
+    med = {name: {k: statistics.median(v) for k, v in r.items()} for name, r in rows.items()}
+    print(f"\n### The engine's paged read: K/V moved in a decode step (llama-like d={d_model}, {n_layers} layers, "
+          f"{n_heads} heads, {n_kv_heads} kv heads; batch {batch}, context {context}; median of {steps} interleaved steps, "
           f"{torch.get_num_threads()} thread(s))\n")
-    print(f"decode step {1e3 * statistics.median(times):.1f} ms; K/V copied out of the pages per step {copied / 1e6:.0f} MB; "
-          f"the copy (PagePool.read_slots) takes {100 * share:.0f}% of the step (range {100 * min(shares):.0f}-"
-          f"{100 * max(shares):.0f}%). Goal (< 10%): {'met' if share < 0.10 else 'NOT met'}.")
-    return {"share": share, "copied_bytes": copied, "step_s": statistics.median(times)}
+    print("| read | decode step ms | K/V copied out of the pages per step | copy out of the pages | writes of the new rows | tokens |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, label, mb in (("before", "gather every page, every layer, every step", copied / 1e6),
+                            ("after", "seats (new rows only)", 0.0)):
+        r = rows[name]
+        print(f"| {label} | {1e3 * med[name]['step']:.1f} | {mb:.0f} MB | {100 * med[name]['read']:.0f}% "
+              f"({100 * min(r['read']):.0f}-{100 * max(r['read']):.0f}%) | {100 * med[name]['write']:.1f}% | "
+              f"{'identical' if name == 'after' else ''} |")
+    share = med["after"]["read"] + med["after"]["write"]
+    print(f"\nstep time before / after: {med['before']['step'] / med['after']['step']:.2f}x. Goal (K/V gather and copy "
+          f"< 10% of the step): after, everything that moves K/V takes {100 * share:.1f}%: "
+          f"{'met' if share < 0.10 else 'NOT met'} (before: {100 * (med['before']['read'] + med['before']['write']):.0f}%).")
+    return {"median": med, "copied_bytes": copied}
 
 
 BENCHES = {"hf": bench_hf_sizes, "decode": bench_decode, "memory": bench_memory, "prefix": bench_prefix, "quant": bench_quant, "scores": bench_quant_scores, "throughput": bench_throughput}
 BENCHES["bandwidth"] = bench_bandwidth
 BENCHES["gather"] = bench_gather
+BENCHES["hf24"] = bench_hf_read
 
 if __name__ == "__main__":
     which = sys.argv[1:] or ["all"]

@@ -35,11 +35,13 @@ What this module provides
 - ``PagedKVCache``: pool + manager; ``new_sequence(tokens)`` -> ``PagedSequenceCache``.
 - ``PagedSequenceCache`` / ``PagedLayerView``: the ``LayerCache`` protocol over a block table
   (reference path: write through the table, gather the pages back, then ordinary attention).
+- ``SeatBuffers``: the "gather" kernel's read store: each running sequence's K/V in one row (seat)
+  of dense per-layer buffers, written with the pages, read in place.
 - ``PagedBatch``: several sequences in one forward (what the engine runs): one scatter per layer
-  writes every new row; attention then reads the pages per sequence (``attention_kernel="gather"``:
-  the decoding sequences as one (B, 1) batch, the prefilling ones as another, each with one gather
-  of precomputed slot indices and torch's SDPA), with the reference or the Triton paged-attention
-  kernel, or (None) over all sequences laid end to end with a block mask.
+  writes every new row; attention then reads per sequence (``attention_kernel="gather"``: the
+  decoding sequences as one (B, 1) batch read from their seats in place, the prefilling ones as
+  another; torch's SDPA), with the reference or the Triton paged-attention kernel, or (None) over
+  all sequences laid end to end with a block mask.
 - ``PoolExhausted``: raised before anything is modified when the pool cannot serve a request.
 - ``paged_attention_reference(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, ...)``: the
   PyTorch reference of paged attention (gather through the block tables, then masked attention), and
@@ -70,7 +72,7 @@ from companion.inference.kvquant import BITS, dequantize, quantize
 from companion.kernels.paged_reference import check_paged_attention_args, page_slots, paged_attention_reference
 
 __all__ = [
-    "kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch",
+    "kv_token_shapes", "BlockManager", "PagePool", "SeatBuffers", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PagedBatch",
     "GatherGroup", "PoolExhausted", "model_namespace", "paged_attention_reference", "check_paged_attention_args", "PAGED_KERNELS",
     "paged_flex_mask_mod", "flex_logical_pages", "flex_block_mask",
 ]
@@ -143,14 +145,18 @@ class PagePool:
             self.data.append(layer_data)
             self.scales.append(layer_scales)
 
-    def write_slots(self, layer: int, i: int, flat_slots: Tensor, rows: Tensor) -> None:
-        """rows (T, *token_shape) into flat slot indices page * p + slot: one index_copy_ per tensor."""
+    def write_slots(self, layer: int, i: int, flat_slots: Tensor, rows: Tensor, read_dtype: torch.dtype | None = None) -> Tensor | None:
+        """rows (T, *token_shape) into flat slot indices page * p + slot: one index_copy_ per tensor.
+        With ``read_dtype``, also return the rows as a later read gives them back in that dtype
+        (dequantised when the pool is quantised): what the seat buffers store (``SeatBuffers``)."""
         if self.bits is None:
-            self.data[layer][i].view(-1, *self.data[layer][i].shape[2:]).index_copy_(0, flat_slots, rows.to(self.dtype))
-        else:
-            q, s = quantize(rows, self.bits)
-            self.data[layer][i].view(-1, *q.shape[1:]).index_copy_(0, flat_slots, q)
-            self.scales[layer][i].view(-1, *s.shape[1:]).index_copy_(0, flat_slots, s)
+            stored = rows.to(self.dtype)
+            self.data[layer][i].view(-1, *self.data[layer][i].shape[2:]).index_copy_(0, flat_slots, stored)
+            return None if read_dtype is None else stored.to(read_dtype)
+        q, s = quantize(rows, self.bits)
+        self.data[layer][i].view(-1, *q.shape[1:]).index_copy_(0, flat_slots, q)
+        self.scales[layer][i].view(-1, *s.shape[1:]).index_copy_(0, flat_slots, s)
+        return None if read_dtype is None else dequantize(q, s, self.bits, read_dtype)
 
     def read(self, layer: int, i: int, pages: Tensor, n_tokens: int, dtype: torch.dtype) -> Tensor:
         """Gather ``pages`` in order and return their first ``n_tokens`` slots, (n_tokens, *token_shape)."""
@@ -178,6 +184,78 @@ class PagePool:
         return {"data": data, "scales": scales, "total": data + scales}
 
 
+class SeatBuffers:
+    """The running sequences' K/V kept readable for attention without a gather (the "gather" kernel).
+
+    A seat is one row of dense buffers ``k[l], v[l]`` of shape (n_seats, capacity, g, d): while a
+    sequence runs it holds a seat, and seat row j holds its token j as the pages do (dequantised
+    when the pool is quantised). Every layer writes its new K/V twice, to its pages (the store of
+    record: allocation, prefix sharing, copy-on-write and preemption work on pages) and to the seat;
+    attention then reads the seats in place, so a decode step copies its new rows, never a whole
+    prefix. Rows come from the pages only when a seat is taken (a shared prefix mapped from the pool,
+    or a sequence whose pages were written by another path): ``fill`` copies the rows the seat lacks.
+
+    The cost is memory: n_seats x capacity rows per layer besides the pages, sized like one padded
+    batch of the longest running sequence (the engine preallocates max_seqs x context). A GPU reads
+    the pages directly instead (``attention_kernel="triton"`` or "flex") and needs no seats.
+    Both dimensions grow by doubling when a batch needs more (a copy of what is there, amortised)."""
+
+    def __init__(self, token_shapes: list[list[tuple[int, ...]]], dtype: torch.dtype, device: torch.device):
+        self.token_shapes, self.dtype, self.device = token_shapes, dtype, device
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+        self.n_seats, self.capacity = 0, 0
+        self._free: list[int] = []  # seats no sequence holds, below n_seats
+
+    def acquire(self) -> int:
+        """The lowest free seat (the buffers grow when none is free)."""
+        if not self._free:
+            self.reserve(max(1, 2 * self.n_seats), self.capacity)
+        seat = min(self._free)
+        self._free.remove(seat)
+        return seat
+
+    def release(self, seat: int) -> None:
+        self._free.append(seat)
+
+    def reserve(self, n_seats: int, capacity: int) -> None:
+        """Make room for seats 0..n_seats-1 and rows 0..capacity-1 (growing by doubling, zeros:
+        rows past a sequence's end are masked, but must be finite, since 0 * NaN is NaN)."""
+        if n_seats <= self.n_seats and capacity <= self.capacity:
+            return
+        S = max(n_seats, self.n_seats if n_seats <= self.n_seats else 2 * self.n_seats)
+        C = max(capacity, self.capacity if capacity <= self.capacity else 2 * self.capacity)
+        for buffers, which in ((self.k, 0), (self.v, 1)):
+            for layer, shapes in enumerate(self.token_shapes):
+                grown = torch.zeros(S, C, *shapes[which], dtype=self.dtype, device=self.device)
+                if layer < len(buffers):
+                    grown[: self.n_seats, : self.capacity] = buffers[layer]
+                    buffers[layer] = grown
+                else:
+                    buffers.append(grown)
+        self._free += range(self.n_seats, S)
+        self.n_seats, self.capacity = S, C
+
+    def write(self, layer: int, flat_rows: Tensor, k: Tensor, v: Tensor) -> None:
+        """k, v (N, g, d) into flat rows seat * capacity + position: one index_copy_ each."""
+        for buffer, rows in ((self.k[layer], k), (self.v[layer], v)):
+            buffer.view(-1, *buffer.shape[2:]).index_copy_(0, flat_rows, rows)
+
+    def fill(self, pool: "PagePool", seq: "PagedSequenceCache") -> None:
+        """Copy the rows seq's seat lacks (seat_rows .. length) from its pages, every layer."""
+        start, end, p = seq.seat_rows, seq.length, pool.page_size
+        if start < end:
+            slots = page_slots(torch.tensor(seq.table, dtype=torch.long), p)[start:end].to(pool.device)
+            rows = seq.seat * self.capacity + torch.arange(start, end, device=pool.device)
+            for layer in range(len(self.k)):
+                k, v = (pool.read_slots(layer, i, slots, self.dtype) for i in (0, 1))
+                self.write(layer, rows, k, v)
+        seq.seat_rows = end
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+
 class PagedKVCache:
     """A page pool for one model plus its block manager.
 
@@ -188,7 +266,8 @@ class PagedKVCache:
         prefix_sharing: look up and register full pages by their hash chain.
         attention_kernel: how the attention layers of a packed batch (``pack``) read the pages, one of
             ``PAGED_KERNELS`` or None; see ``PagedBatch``. "gather" (default) is the fast path on a
-            CPU; "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference";
+            CPU: it keeps the running sequences' K/V in ``SeatBuffers`` too (memory: one padded
+            batch of them besides the pages); "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference";
             "flex" (torch's flex_attention over the pool, float pages) is meant for CUDA, where it is
             compiled; on a CPU it runs unfused (every query against every pool slot: a check, not a
             fast path).
@@ -213,6 +292,9 @@ class PagedKVCache:
         self.attention_kernel = attention_kernel
         self.n_layers = len(kv_token_shapes(model))
         self.pool = PagePool(kv_token_shapes(model), n_pages, page_size, dtype=dtype, device=device, bits=bits)
+        # "gather" reads K/V from per-sequence seats, written as the pages are (MLA layers: packed path)
+        mla = len(kv_token_shapes(model)[0][0]) != 2
+        self.seats = SeatBuffers(kv_token_shapes(model), dtype, self.pool.device) if attention_kernel == "gather" and not mla else None
         self._format = f"{dtype}|bits={bits}"
         self.manager = BlockManager(n_pages, page_size, model_namespace(model, self._format), on_copy=self.pool.copy_page)
         self._weights = weights_version(model)
@@ -268,6 +350,15 @@ class PagedSequenceCache:
         self._views = [PagedLayerView(self, i) for i in range(owner.n_layers)]
         self._hashes: list[bytes] = []  # hash chain of the full computed pages, extended by ``commit``
         self._unnamed_seen = -1  # ``manager.unnamed`` at the last ``commit`` (-1: never committed)
+        self.seat: int | None = None  # its row of the pool's ``SeatBuffers`` (taken by the first packed batch)
+        self.seat_rows = 0  # rows 0..seat_rows-1 of the seat equal the pages'
+
+    def advance(self, n: int, seat_written: bool = False) -> None:
+        """Every layer has stored the next n tokens (the one place a sequence's length moves on);
+        ``seat_written``: they went to its seat as well."""
+        if seat_written and self.seat_rows == self.length:
+            self.seat_rows += n
+        self.length += n
 
     def layer(self, i: int) -> "PagedLayerView":
         return self._views[i]
@@ -297,6 +388,9 @@ class PagedSequenceCache:
 
     def free(self) -> None:
         self.owner.manager.free(self.table)
+        if self.seat is not None:
+            self.owner.seats.release(self.seat)
+            self.seat, self.seat_rows = None, 0
         self.length = 0
         self._hashes, self._unnamed_seen = [], -1
 
@@ -336,53 +430,75 @@ class PagedLayerView(LayerCache):
             for i, r in enumerate(rows)
         )
         if self.layer_index == len(seq) - 1:  # the last layer has written: the sequence now holds `end` tokens
-            seq.length = end
+            seq.advance(T)
         return torch.arange(end, device=device), out
 
 
 class GatherGroup:
     """Sequences attended together as one padded batch (the "gather" path of ``PagedBatch``):
-    B sequences, up to T new rows each, L keys each (positions 0..L-1, beyond a sequence's end masked).
+    B sequences, up to T new rows each, L keys each (positions 0..L-1, beyond a sequence's end masked),
+    read from their seats (``SeatBuffers``).
 
-    rows (B, T): the packed row of query (b, t) (a padded t repeats the sequence's last row), or None
-    when the group is every row of the batch, one per sequence, in order (a pure decode step);
-    q_pos (B, T) their absolute positions; slots (B * L,) the flat pool slot of key (b, j);
-    real (R,) which of the B * T (b, t) pairs are real rows, and dest (R,) their packed rows."""
+    seats (B,) each sequence's seat; rows (B, T): the packed row of query (b, t) (a padded t repeats
+    the sequence's last row), or None when the group is every row of the batch, one per sequence, in
+    order (a pure decode step); q_pos (B, T) their absolute positions; real (R,) which of the B * T
+    (b, t) pairs are real rows, and dest (R,) their packed rows.
 
-    def __init__(self, rows, q_pos, slots, real, dest, B, T, L):
-        self.rows, self.q_pos, self.slots, self.real, self.dest = rows, q_pos, slots, real, dest
+    Decoding (T = 1) reads the seat buffers in place: the attention batch is seats 0..n-1 (n = the
+    highest seat + 1), each query put at its seat's row; a seat no member holds attends to its row 0
+    (finite, discarded). Prefilling (T > 1) copies its members' rows out of the seats (index_select):
+    a prefill's own work (B * T * L) outweighs the copy (B * L)."""
+
+    def __init__(self, seats, rows, q_pos, real, dest, B, T, L, seat_pos=None):
+        self.seats, self.rows, self.q_pos, self.real, self.dest = seats, rows, q_pos, real, dest
         self.B, self.T, self.L = B, T, L
+        # seat_pos (n, 1), decoding only, when the members are not seats 0..B-1 in order: the
+        # position of the query at each seat's row (0 where no member sits): see ``at_seats``
+        self.in_place = seat_pos is not None
+        self.seat_pos = seat_pos if self.in_place else q_pos
+        self.n = self.seat_pos.shape[0]  # batch rows of the attention
         self._masks: dict[tuple[int | None, int], Tensor] = {}
 
+    @staticmethod
+    def at_seats(seats: Tensor, q_pos: Tensor, n: int) -> Tensor:
+        """(n, 1): q_pos (B, 1) moved to the rows seats (B,) of an n-row batch, 0 elsewhere."""
+        return torch.zeros(n, 1, dtype=q_pos.dtype, device=q_pos.device).index_copy_(0, seats, q_pos)
+
     def mask(self, window: int | None, r: int) -> Tensor:
-        """(B, 1, r * T, L) boolean, True = may read: key j <= the row's position (causal, which also
+        """(n, 1, r * T, L) boolean, True = may read: key j <= the row's position (causal, which also
         hides every key past the sequence's end) and, with a window, position - j < window; repeated
         for the r query heads that share one K/V head (they are laid out as r * T query rows)."""
         key = (window, r)
         if key not in self._masks:
-            kpos = torch.arange(self.L, device=self.q_pos.device)
-            allowed = kpos[None, None, :] <= self.q_pos[:, :, None]  # (B, T, L)
+            q_pos = self.seat_pos
+            kpos = torch.arange(self.L, device=q_pos.device)
+            allowed = kpos[None, None, :] <= q_pos[:, :, None]  # (n, T, L)
             if window is not None:
-                allowed = allowed & (self.q_pos[:, :, None] - kpos[None, None, :] < window)
-            B, T, L = self.B, self.T, self.L
-            self._masks[key] = allowed[:, None, None].expand(B, 1, r, T, L).reshape(B, 1, r * T, L)
+                allowed = allowed & (q_pos[:, :, None] - kpos[None, None, :] < window)
+            n, T, L = allowed.shape
+            self._masks[key] = allowed[:, None, None].expand(n, 1, r, T, L).reshape(n, 1, r * T, L)
         return self._masks[key]
 
-    def attend(self, pool: "PagePool", layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
-        """q (B * T, h, d), the group's query rows in (b, t) order -> (B * T, h, d_v): gather the
-        group's keys of layer ``layer`` from ``pool`` and run SDPA with ``mask``. Tensor ops only (the
-        compiled decode step of ``companion.engine.compiled`` runs it with symbolic B and L)."""
+    def attend(self, seat_k: Tensor, seat_v: Tensor, q: Tensor, window: int | None, scale: float | None) -> Tensor:
+        """q (B * T, h, d), the group's query rows in (b, t) order -> (B * T, h, d_v), over one layer's
+        seat buffers seat_k, seat_v (n_seats, capacity, g, d). Tensor ops only (the compiled decode
+        step of ``companion.engine.compiled`` runs it with symbolic B and L)."""
         h, d = q.shape[1], q.shape[2]
-        k = pool.read_slots(layer, 0, self.slots, q.dtype)  # (B * L, g, d)
-        v = pool.read_slots(layer, 1, self.slots, q.dtype)
-        g = k.shape[1]
+        g = seat_k.shape[2]
         r, B, T, L = h // g, self.B, self.T, self.L
-        k = k.view(B, L, g, -1).transpose(1, 2)  # (B, g, L, d)
-        v = v.view(B, L, g, -1).transpose(1, 2)
+        if T == 1:  # in place: seats 0..n-1, rows 0..L-1, a view
+            k, v = seat_k[: self.n, :L], seat_v[: self.n, :L]
+        else:
+            k, v = seat_k[:, :L].index_select(0, self.seats), seat_v[:, :L].index_select(0, self.seats)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (n, g, L, d)
         # query head i reads K/V head i // r: the r heads of a group become r * T query rows of one
         # "head", so K/V are used as stored, never repeated (GQA without the copy)
         qg = q.view(B, T, g, r, d).permute(0, 2, 3, 1, 4).reshape(B, g, r * T, d)
-        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.mask(window, r), scale=scale)  # (B, g, r * T, d_v)
+        if self.in_place:
+            qg = qg.new_zeros(self.n, g, r * T, d).index_copy_(0, self.seats, qg)
+        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.mask(window, r), scale=scale)  # (n, g, r * T, d_v)
+        if self.in_place:
+            o = o.index_select(0, self.seats)
         return o.view(B, g, r, T, -1).permute(0, 3, 1, 2, 4).reshape(B * T, h, -1)
 
 
@@ -394,9 +510,10 @@ class PagedBatch:
     Reading them back for attention, by ``attention_kernel`` (the pool's choice, see ``PagedKVCache``):
     - "gather" (fast on a CPU): sequences are attended per sequence, not packed: one padded batch of
       the decoding sequences (one query row each: the decode fast path) and one of the prefilling
-      ones; each gathers its keys with one index_select of precomputed slot indices into a
-      (B, g, L, d) tensor and runs torch's SDPA with a (B, T, L) causal mask. Work is B * T * L,
-      not N * sum of all lengths as in the packed layout below.
+      ones, over the sequences' seats (``SeatBuffers``: each layer writes its new rows there as well
+      as to the pages), with torch's SDPA and a (B, T, L) causal mask. The decode batch reads the
+      seat buffers in place (no copy); the prefill batch copies its members' rows out of them. Work
+      is B * T * L, not N * sum of all lengths as in the packed layout below.
     - "flex": torch's flex_attention of the packed query rows over every slot of the pool, with a
       BlockMask from ``paged_flex_mask_mod`` (see there); on CUDA it is compiled into one fused kernel
       that skips the pool blocks no query may read; on a CPU the unfused (dense) reference runs.
@@ -427,6 +544,16 @@ class PagedBatch:
         self.write_slots = self._all_slots[self.q_seq.to(device), self.q_pos.to(device)]  # (N,)
         self.layers_done = 0
         self._groups: list[GatherGroup] | None = None
+        self.seats = owner.seats if owner.attention_kernel == "gather" else None
+        if self.seats is not None:  # every sequence in a seat that holds its rows so far
+            for seq in self.seqs:
+                if seq.seat is None:
+                    seq.seat, seq.seat_rows = self.seats.acquire(), 0
+            self.seats.reserve(self.seats.n_seats, max(ends + [1]))
+            for seq in self.seqs:
+                self.seats.fill(owner.pool, seq)
+            seat_of = torch.tensor([seq.seat for seq in self.seqs], dtype=torch.long, device=device)
+            self.seat_rows = seat_of[self.q_seq.to(device)] * self.seats.capacity + self.q_pos.to(device)  # (N,)
         self._flex_masks: dict = {}
 
     # the packed layout (update path) ------------------------------------------------------------------
@@ -466,23 +593,31 @@ class PagedBatch:
                 q_pos = [[ends[b] - lens[b] + min(t, lens[b] - 1) for t in range(T)] for b in members]
                 real = [i * T + t for i, b in enumerate(members) for t in range(lens[b])]
                 dest = [first[b] + t for b in members for t in range(lens[b])]
-                index = torch.tensor(members, device=device)
-                slots = self._all_slots.index_select(0, index)[:, :L].reshape(-1)
                 in_order = T == 1 and B == len(lens)  # every row, one per sequence, in packed order
                 as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+                seat_list = [self.seqs[b].seat for b in members]
+                seats, q_pos = as_tensor(seat_list), as_tensor(q_pos)
+                # decoding members not at seats 0..B-1 in order: attend at the seats (see GatherGroup)
+                seat_pos = None
+                if T == 1 and seat_list != list(range(B)):
+                    seat_pos = GatherGroup.at_seats(seats, q_pos, max(seat_list) + 1)
                 self._groups.append(GatherGroup(
-                    None if in_order else as_tensor(rows), as_tensor(q_pos), slots,
-                    None if in_order else as_tensor(real), None if in_order else as_tensor(dest), B, T, L,
+                    seats, None if in_order else as_tensor(rows), q_pos,
+                    None if in_order else as_tensor(real), None if in_order else as_tensor(dest), B, T, L, seat_pos,
                 ))
         return self._groups
 
+    def group_keys(self, layer: int, dtype: torch.dtype) -> list[tuple[GatherGroup, Tensor, Tensor]]:
+        """Each group with the K/V buffers it reads in layer ``layer``: the seat buffers."""
+        seat_k, seat_v = self.seats.k[layer].to(dtype), self.seats.v[layer].to(dtype)  # no copy when equal
+        return [(grp, seat_k, seat_v) for grp in self.groups()]
+
     def _gather_attend(self, layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
-        """q (N, h, d) -> (N, h, d): each group gathers its keys and runs SDPA (see the class docstring)."""
-        pool = self.owner.pool
+        """q (N, h, d) -> (N, h, d): each group reads its keys and runs SDPA (see the class docstring)."""
         N, h, d = q.shape
         out = None
-        for grp in self.groups():
-            o = grp.attend(pool, layer, q if grp.rows is None else q[grp.rows.view(-1)], window, scale)  # (B * T, h, d_v)
+        for grp, k, v in self.group_keys(layer, q.dtype):
+            o = grp.attend(k, v, q if grp.rows is None else q[grp.rows.view(-1)], window, scale)  # (B * T, h, d_v)
             if grp.rows is None:
                 return o
             if out is None:
@@ -504,7 +639,9 @@ class PagedBatch:
             raise ValueError(f"layer must be in [0, {self.owner.n_layers}); got {layer}")
         if len(pool.data[layer][0].shape) != 4:
             raise ValueError("paged attention needs K/V pages (n_pages, p, g, d); this layer caches an MLA latent")
-        if kernel == "gather":  # dequantises what it gathers: quantised pools too
+        if kernel == "gather":  # the seats hold dequantised rows: quantised pools too
+            if self.seats is None:
+                raise ValueError("kernel='gather' reads the seats of a pool built with attention_kernel='gather'; this one has none")
             return self._gather_attend(layer, q, window, scale)
         if pool.bits is not None:
             raise ValueError(f"kernel={kernel!r} reads float pages; this pool stores bits={pool.bits} (use kernel='gather' or the layer views)")
@@ -548,7 +685,7 @@ class PagedBatch:
         self.layers_done += 1
         if self.layers_done == self.owner.n_layers:  # every layer has written: the sequences advance
             for seq, n in zip(self.seqs, self.new_lengths):
-                seq.length += n
+                seq.advance(n, seat_written=self.seats is not None)
 
 
 class PagedBatchLayerView(LayerCache):
@@ -564,8 +701,12 @@ class PagedBatchLayerView(LayerCache):
         batch, pool = self.batch, self.batch.owner.pool
         if positions.shape[0] != batch.write_slots.shape[0]:
             raise ValueError(f"this packed batch feeds {batch.write_slots.shape[0]} rows; got {positions.shape[0]}")
-        for i, r in enumerate(rows):
-            pool.write_slots(self.layer_index, i, batch.write_slots, r[0].movedim(-2, 0))
+        seats = batch.seats
+        read_dtype = None if seats is None else seats.dtype
+        stored = [pool.write_slots(self.layer_index, i, batch.write_slots, r[0].movedim(-2, 0), read_dtype)
+                  for i, r in enumerate(rows)]
+        if seats is not None:  # the seats receive the same rows (as a read of the pages gives them)
+            seats.write(self.layer_index, batch.seat_rows, *stored)
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         batch, pool = self.batch, self.batch.owner.pool
