@@ -21,7 +21,8 @@ from companion.engine.bench import serve_benchmark
 from companion.inference.generate import SamplingParams, generate
 from companion.models import from_preset
 from companion.cache import LayerCache, PackedLayerView
-from companion.inference.paged import GatherGroup, PagedBatch, PagedKVCache
+from companion.inference.batch import GatherGroup, PagedBatch
+from companion.inference.paged import PagedKVCache
 
 
 def fit_exponent(xs, ys) -> float:
@@ -555,7 +556,8 @@ def bench_gather(batch=16, context=1024, steps=8, d_model=256, n_layers=4, n_hea
     ``PagePool.write_slots`` (the new rows into the seats and the pages)."""
     import statistics
 
-    from companion.inference.paged import PagePool, SeatBuffers
+    from companion.inference.batch import SeatBuffers
+    from companion.inference.paged import PagePool
 
     torch.manual_seed(6)
     model = from_preset("llama-like", d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,

@@ -15,7 +15,8 @@ from python_snippet import run_snippet
 from companion.engine import Engine
 from companion.inference.generate import SamplingParams, generate, packed_forward
 from companion.models import from_preset
-from companion.inference.paged import PagedKVCache, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
+from companion.inference.paged import PagedKVCache
+from companion.kernels.paged_flex import flex_block_mask, flex_logical_pages, paged_flex_mask_mod
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_FLEX = importlib.util.find_spec("torch.nn.attention.flex_attention") is not None

@@ -183,7 +183,8 @@ def test_layer_cache_interface_is_what_attention_uses():
     answers is used instead of ``update``. Every view of the package derives from the base."""
     from companion.cache import LayerCache, PackedLayerView
     from companion.engine.compiled import _StepLayerView
-    from companion.inference.paged import PagedBatchLayerView, PagedLayerView
+    from companion.inference.batch import PagedBatchLayerView
+    from companion.inference.paged import PagedLayerView
 
     for view in (ContiguousLayerCache, PackedLayerView, PagedLayerView, PagedBatchLayerView, _StepLayerView):
         assert issubclass(view, LayerCache), view.__name__

@@ -235,7 +235,7 @@ def test_commit_fast_path_registers_what_the_full_register_would(seed, monkeypat
 
 
 def test_page_slots_is_the_slot_formula_every_path_uses():
-    from companion.inference.paged import PagedBatch
+    from companion.inference.batch import PagedBatch
     from companion.kernels.paged_reference import page_slots
 
     tables = torch.tensor([[5, 0, 3], [2, 7, 1]])

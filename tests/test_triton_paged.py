@@ -116,10 +116,10 @@ def test_paged_batch_attend_equals_what_the_model_computes(name, monkeypatch):
     assert len(captured) == model.config.n_layers and batch.q_pos.tolist() == positions.tolist()
     window = getattr(model.config, "window", None)
     for layer, (q, out) in enumerate(captured):
-        ours = batch.attend(layer, q[0].transpose(0, 1), window=window, kernel="reference")  # (N, h, d)
+        ours = batch.paged_attention(layer, q[0].transpose(0, 1), window=window, kernel="reference")  # (N, h, d)
         torch.testing.assert_close(ours, out[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="kernel='gather' reads the seats"):  # a pool without seats
-        batch.attend(0, q[0].transpose(0, 1), kernel="gather")
+        batch.paged_attention(0, q[0].transpose(0, 1), kernel="gather")
     for c in caches:
         c.free()
     assert kv.n_free == kv.n_pages
@@ -153,15 +153,15 @@ def test_argument_checks():
     seq = kv.new_sequence()
     batch = kv.pack([seq], [2])
     with pytest.raises(ValueError, match="kernel must be one of"):
-        batch.attend(0, torch.zeros(2, 4, 16), kernel="flash")
+        batch.paged_attention(0, torch.zeros(2, 4, 16), kernel="flash")
     with pytest.raises(ValueError, match="layer must be in"):
-        batch.attend(7, torch.zeros(2, 4, 16))
+        batch.paged_attention(7, torch.zeros(2, 4, 16))
     quant = PagedKVCache(model, n_pages=4, page_size=4, bits=8)
     with pytest.raises(ValueError, match="bits=8"):
-        quant.pack([quant.new_sequence()], [2]).attend(0, torch.zeros(2, 4, 16))
+        quant.pack([quant.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
     mla = PagedKVCache(from_preset("deepseek-like"), n_pages=4, page_size=4)
     with pytest.raises(ValueError, match="MLA latent"):
-        mla.pack([mla.new_sequence()], [2]).attend(0, torch.zeros(2, 4, 16))
+        mla.pack([mla.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
 
 
 @pytest.mark.skipif(triton_paged.INTERPRET, reason="TRITON_INTERPRET=1 lets CPU tensors through by design")
@@ -171,7 +171,7 @@ def test_cpu_tensors_get_a_clear_error():
         triton_paged.paged_attention(*args)
     kv = PagedKVCache(from_preset("llama-like"), n_pages=4, page_size=4)
     with pytest.raises(ValueError, match="needs CUDA tensors"):
-        kv.pack([kv.new_sequence()], [1]).attend(0, torch.zeros(1, 4, 16), kernel="triton")
+        kv.pack([kv.new_sequence()], [1]).paged_attention(0, torch.zeros(1, 4, 16), kernel="triton")
 
 
 def test_package_imports_and_explains_without_triton():
@@ -209,7 +209,7 @@ _INTERPRETED = textwrap.dedent(
         out = paged_attention(*args, window=window)
         assert out.dtype == dt and out.shape == ref.shape
         results.append({"case": [lens, new, p, h, g, d, dtype, window], "err": (out.float() - ref).abs().max().item()})
-    # through the paged cache of a model: PagedBatch.attend(kernel="triton") == kernel="reference"
+    # through the paged cache of a model: PagedBatch.paged_attention(kernel="triton") == kernel="reference"
     torch.manual_seed(0)
     model = from_preset("llama-like").eval()
     kv = PagedKVCache(model, n_pages=16, page_size=3)
@@ -221,7 +221,7 @@ _INTERPRETED = textwrap.dedent(
         for layer in range(kv.n_layers):
             batch.layer(layer).update(batch.q_pos, *(torch.randn(1, 2, 3, 16) for _ in range(2)))
         q = torch.randn(3, 4, 16)
-        errs = [(batch.attend(l, q, kernel="triton") - batch.attend(l, q)).abs().max().item() for l in range(kv.n_layers)]
+        errs = [(batch.paged_attention(l, q, kernel="triton") - batch.paged_attention(l, q)).abs().max().item() for l in range(kv.n_layers)]
     results.append({"case": "PagedBatch.attend", "err": max(errs)})
     print("RESULTS" + json.dumps(results))
     """
@@ -276,4 +276,4 @@ def test_gpu_paged_batch_attend():
         batch.layer(layer).update(batch.q_pos.cuda(), *(torch.randn(1, 2, 3, 16, device="cuda") for _ in range(2)))
     q = torch.randn(3, 4, 16, device="cuda")
     for layer in range(kv.n_layers):
-        torch.testing.assert_close(batch.attend(layer, q, kernel="triton"), batch.attend(layer, q), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch.paged_attention(layer, q, kernel="triton"), batch.paged_attention(layer, q), atol=1e-5, rtol=1e-5)

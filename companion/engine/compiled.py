@@ -8,7 +8,7 @@ and replays the whole step from one call.
 
 What is compiled: ``Decoder.forward`` with a cache view that holds only tensors (``_StepCache``):
 each layer writes its new K/V into the pool and into the sequences' seats with one ``index_copy_``
-each and attends through ``companion.inference.paged.GatherGroup.attend`` over the seat buffers, the
+each and attends through ``companion.inference.batch.GatherGroup.sdpa`` over the seat buffers, the
 same code the eager "gather" path runs. The bookkeeping (page allocation, seats, the slot and seat
 row of each new token) stays in eager Python, outside the graph, as do the prefill steps (their
 shapes vary far more) and sampling.
@@ -41,7 +41,8 @@ import torch
 from torch import Tensor, nn
 
 from companion.cache import LayerCache
-from companion.inference.paged import GatherGroup, PagedKVCache, PagePool, SeatBuffers
+from companion.inference.batch import GatherGroup, SeatBuffers
+from companion.inference.paged import PagedKVCache, PagePool
 
 __all__ = ["CompiledDecode", "compile_unavailable", "compile_unsupported"]
 
@@ -108,12 +109,12 @@ class _StepLayerView(LayerCache):
         raise RuntimeError("the compiled decode step serves layers that attend through the cache only (see compile_unsupported)")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, *, window: int | None = None, backend: str = "auto") -> Tensor:
-        """As ``companion.inference.paged.PagedBatchLayerView.attend`` for a pure decode step: q (1, h, B, d),
+        """As ``companion.inference.batch.PagedBatchLayerView.attend`` for a pure decode step: q (1, h, B, d),
         k, v (1, g, B, d) -> (1, h, B, d)."""
         c, layer = self.cache, self.layer_index
         stored = [c.pool.write_slots(layer, i, c.write_slots, rows[0].movedim(-2, 0), c.seats.dtype) for i, rows in enumerate((k, v))]
         c.seats.write(layer, c.seat_rows, *stored)
-        out = c.group.attend(c.seats.k[layer], c.seats.v[layer], q[0].transpose(0, 1), window, None)  # (B, h, d)
+        out = c.group.sdpa(c.seats.k[layer], c.seats.v[layer], q[0].transpose(0, 1), window, None)  # (B, h, d)
         return out.transpose(0, 1).unsqueeze(0)
 
 

@@ -66,7 +66,7 @@ class Engine:
             pages (``SeatBuffers``, max_seqs x context rows), torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
             "triton" (``companion.kernels.triton_paged``: CUDA, or TRITON_INTERPRET=1), "flex" (torch's
             flex_attention over the pool with a block mask: compiled on CUDA, a slow check on a CPU), or None (all sequences
-            packed into one row with a block mask). See ``companion.inference.paged.PagedBatch``.
+            packed into one row with a block mask). See ``companion.inference.batch.PagedBatch``.
         compile: run the decode steps (every sequence feeding one token) through a torch.compile'd
             forward (``companion.engine.compiled``): paged cache, "gather" kernel, float pages, and a
             Decoder with plain causal attention only; needs a C++ compiler for inductor. The first

@@ -26,7 +26,7 @@ streams its own prefix (a prefill of T rows reads the prefix T times; the FlashA
 
 What this module provides
 - ``paged_attention(q, k_pages, v_pages, block_tables, seq_lens, q_seq, q_pos, *, scale, window)``:
-  the kernel launch; same arguments and result as ``companion.inference.paged.paged_attention_reference``.
+  the kernel launch; same arguments and result as ``companion.kernels.paged_reference.paged_attention_reference``.
 - ``triton_available()`` and ``INTERPRET``: whether the kernel can run here.
 
 Status: written for, but not yet run on, a GPU. On a CPU it runs under Triton's interpreter
@@ -148,7 +148,7 @@ def paged_attention(
         scale: score scale, default 1 / sqrt(d). window: optional sliding window w (reads t - w < j <= t).
         block_n: keys per loop iteration (a power of two >= 16); default 16 interpreted, 64 compiled.
     Returns:
-        (N, h, d) in q's dtype; equal (up to rounding) to ``companion.inference.paged.paged_attention_reference``.
+        (N, h, d) in q's dtype; equal (up to rounding) to ``companion.kernels.paged_reference.paged_attention_reference``.
     """
     if isinstance(q, Tensor):
         _require_runtime(q)  # the clearest message first: wrong device / no triton
