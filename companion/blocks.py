@@ -61,10 +61,14 @@ class Block(nn.Module):
 
     def _residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor], post: nn.Module | None = None) -> Tensor:
         if self.placement == "pre":
-            return x + self.dropout(f(norm(x)))
+            return x + self._dropout(f(norm(x)))
         if self.placement == "sandwich":
-            return x + self.dropout(post(f(norm(x))))
-        return norm(x + self.dropout(f(x)))
+            return x + self._dropout(post(f(norm(x))))
+        return norm(x + self._dropout(f(x)))
+
+    def _dropout(self, x: Tensor) -> Tensor:
+        """Dropout where it acts (training, p > 0); otherwise x itself, without a module call."""
+        return self.dropout(x) if self.training and self.dropout.p else x
 
     def forward(
         self,

@@ -169,18 +169,19 @@ class ContiguousLayerCache(LayerCache):
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         T = positions.shape[0]
-        if any(r.shape[-2] != T for r in rows):
-            raise ValueError(f"every stored tensor needs T={T} rows in dim -2; got {[tuple(r.shape) for r in rows]}")
+        for r in rows:
+            if r.shape[-2] != T:
+                raise ValueError(f"every stored tensor needs T={T} rows in dim -2; got {[tuple(r.shape) for r in rows]}")
         # The start is read on the host only from CPU positions (free there; on a GPU it would be a
         # device sync per layer and step, and the model made these positions from ``length`` itself).
         if T and positions.device.type == "cpu" and int(positions[0]) != self.length:
             raise ValueError(f"new rows must start at position cache.length={self.length}; got {int(positions[0])}")
-        if self._buf is not None and any(r.shape[:-2] != b.shape[:-2] or r.shape[-1] != b.shape[-1]
-                                         for r, b in zip(rows, self._buf)):
-            raise ValueError(f"rows {[tuple(r.shape) for r in rows]} do not match the stored "
-                             f"{[tuple(b.shape) for b in self._buf]} outside dim -2")
         if self._buf is None or self._n + T > self._pos.shape[0] or len(rows) != len(self._buf):
             self._make_room(T, rows, positions)
+        for r, b in zip(rows, self._buf):
+            if r.shape[:-2] != b.shape[:-2] or r.shape[-1] != b.shape[-1]:
+                raise ValueError(f"rows {[tuple(r.shape) for r in rows]} do not match the stored "
+                                 f"{[tuple(b.shape) for b in self._buf]} outside dim -2")
         n = self._n
         self._pos[n : n + T] = positions
         for b, r in zip(self._buf, rows):  # the write of the new rows: all a step stores

@@ -273,8 +273,7 @@ class MultiHeadAttention(nn.Module):
         if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
             if positions.shape[0] != T:
                 raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={T}")
-            cos, sin = self.rope.cos_sin(positions.to(x.device))  # one lookup for q and k
-            q, k = self.rope.rotate(q, cos, sin), self.rope.rotate(k, cos, sin)
+            q, k = self.rope.rotate_qk(q, k, positions.to(x.device))  # one lookup for q and k
         if cache is not None and self._plain_causal(mask):
             # A cache that can attend itself (a paged batch: per-sequence gather, or a kernel that
             # reads the pages) stores k, v and returns the output; None = it cannot, read it below.

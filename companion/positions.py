@@ -35,6 +35,7 @@ __all__ = [
     "RotaryEmbedding",
     "rope_inverse_frequencies",
     "rotate_half",
+    "value_range",
     "rope_turns",
     "ntk_base",
     "yarn_temperature",
@@ -60,13 +61,24 @@ def _check_positions(positions: Tensor, limit: int | None = None, what: str = "p
         raise ValueError(f"{what} must be a 1-D integer tensor of absolute positions; got {positions.dtype} {tuple(positions.shape)}")
     if not values or not positions.numel() or compiling():
         return
-    if int(positions.min()) < 0:
+    lo, hi = value_range(positions)
+    if lo < 0:
         raise ValueError(f"{what} must be >= 0")
-    if limit is not None and int(positions.max()) >= limit:
+    if limit is not None and hi >= limit:
         raise ValueError(
-            f"position {int(positions.max())} is beyond the configured context (max_len={limit}); "
+            f"position {hi} is beyond the configured context (max_len={limit}); "
             f"positions must be < max_len, so sequences are at most max_len tokens long"
         )
+
+
+def value_range(x: Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor, read on the host in one transfer (a device sync on
+    a GPU: callers on a hot path read it only from CPU tensors). A few values (a decode step's) are
+    read as a list, which costs less than a reduction."""
+    if x.numel() <= 64:
+        values = x.reshape(-1).tolist()
+        return min(values), max(values)
+    return tuple(torch.stack(torch.aminmax(x.reshape(-1))).tolist())
 
 
 def embed_scale(d: int) -> float:
@@ -102,7 +114,7 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", sinusoidal_table(torch.arange(max_len, device="cpu"), d), persistent=False)
 
     def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, d)
-        _check_positions(positions, self.max_len)
+        _check_positions(positions, self.max_len, values=positions.device.type == "cpu")  # no GPU sync
         return self.table[positions]
 
 
@@ -115,7 +127,7 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
 
     def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, d)
-        _check_positions(positions, self.max_len)
+        _check_positions(positions, self.max_len, values=positions.device.type == "cpu")  # no GPU sync
         return self.weight[positions]
 
 
@@ -288,39 +300,69 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.base, self.scaling, self.factor, self.mscale = head_dim, base, scaling, factor, mscale
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         # Not state, only speed (decoding asks for a few rows per layer and step): a table of cos / sin
-        # for positions 0..n-1, rebuilt when inv_freq changes (its version, dtype or device).
-        self._table: tuple[tuple, Tensor, Tensor] | None = None
+        # (and of sin with its first half negated, see ``rotate_fast``) for positions 0..n-1, rebuilt
+        # when inv_freq changes (its version, dtype or device); and the last lookup, which the layers
+        # of one forward that share this module reuse (same positions tensor, unchanged since).
+        self._table: tuple[tuple, Tensor, Tensor, Tensor] | None = None
+        self._last: tuple | None = None
 
     def _angles(self, positions: Tensor) -> Tensor:
         angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]  # (T, d_h/2)
         return torch.cat((angles, angles), dim=-1)  # channel i and i + d/2 share theta_i
 
-    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor.
+    def _table_key(self) -> tuple:
+        version = None if self.inv_freq.is_inference() else self.inv_freq._version  # inference tensors have none
+        return (version, self.inv_freq.dtype, self.inv_freq.device)
+
+    def lookup(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(T,) -> cos, sin, and sin with its first half negated, each (T, d_h), the temperature
+        factor included (``cos_sin`` returns the first two; ``rotate_fast`` uses the first and third).
 
         Every layer calls this, so it reads position values on the host only when they live on the
         CPU (free there); on a GPU that read would be a device sync per layer, and the model's forward
-        checks the positions once instead (``Decoder.forward``)."""
+        checks the positions once instead (``Decoder.forward``). Called again with the same positions
+        tensor (the next layer of the same forward, when the layers share this module), it returns the
+        same three tensors without a lookup or a check."""
+        _check_positions(positions, values=False)
+        if compiling():  # traced: the formula itself (the table and the memo are host-side bookkeeping)
+            return self._from_angles(self._angles(positions))
+        last = self._last
+        if last is not None and positions is last[0] and not positions.is_inference() \
+                and last[1] == positions._version and last[2] == self._table_key():
+            return last[3]
         on_cpu = positions.device.type == "cpu"
-        _check_positions(positions, values=on_cpu)
-        if compiling():  # traced: the formula itself (the table below is host-side bookkeeping)
-            angles = self._angles(positions)
-            return angles.cos() * self.mscale, angles.sin() * self.mscale
         # The table needs max(positions) on the host: free on a CPU, a device sync on a GPU (where the
         # direct formula is one fused-enough kernel anyway), so only CPU positions use it.
-        n = int(positions.max()) + 1 if positions.numel() and on_cpu else 0
+        n = 0
+        if positions.numel() and on_cpu:
+            lo, hi = value_range(positions)
+            if lo < 0:
+                raise ValueError("positions must be >= 0")
+            n = hi + 1
+        key = self._table_key()
         if not 0 < n <= self.TABLE_LIMIT:
-            angles = self._angles(positions)
-            return angles.cos() * self.mscale, angles.sin() * self.mscale
-        version = None if self.inv_freq.is_inference() else self.inv_freq._version  # inference tensors have none
-        key = (version, self.inv_freq.dtype, self.inv_freq.device)
-        if self._table is None or self._table[0] != key or self._table[1].shape[0] < n:
-            size = min(self.TABLE_LIMIT, max(256, 1 << (n - 1).bit_length()))  # grow by doubling
-            with torch.inference_mode(False):  # a plain tensor even when first asked under inference_mode
-                angles = self._angles(torch.arange(size, device=self.inv_freq.device))
-                self._table = (key, angles.cos() * self.mscale, angles.sin() * self.mscale)
-        index = positions.to(self._table[1].device, torch.long)
-        return self._table[1].index_select(0, index), self._table[2].index_select(0, index)
+            out = self._from_angles(self._angles(positions))
+        else:
+            if self._table is None or self._table[0] != key or self._table[1].shape[0] < n:
+                size = min(self.TABLE_LIMIT, max(256, 1 << (n - 1).bit_length()))  # grow by doubling
+                with torch.inference_mode(False):  # a plain tensor even when first asked under inference_mode
+                    arange = torch.arange(size, device=self.inv_freq.device)
+                    self._table = (key, *self._from_angles(self._angles(arange)))
+            index = positions.to(self._table[1].device, torch.long)
+            out = tuple(t.index_select(0, index) for t in self._table[1:])
+        if not positions.is_inference():
+            self._last = (positions, positions._version, key, out)
+        return out
+
+    def _from_angles(self, angles: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        cos, sin = angles.cos() * self.mscale, angles.sin() * self.mscale
+        half = self.head_dim // 2
+        return cos, sin, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(T,) -> cos, sin each (T, d_h), already multiplied by the temperature factor (see ``lookup``)."""
+        cos, sin, _ = self.lookup(positions)
+        return cos, sin
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:  # (..., T, d_h), (T,) -> (..., T, d_h)
         if x.shape[-1] != self.head_dim:
@@ -335,6 +377,21 @@ class RotaryEmbedding(nn.Module):
         if x.shape[-1] != self.head_dim or x.shape[-2] != cos.shape[0]:
             raise ValueError(f"x must be (..., T={cos.shape[0]}, head_dim={self.head_dim}); got {tuple(x.shape)}")
         return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
+
+    def rotate_fast(self, x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+        """``rotate`` in fewer operations, with the same result bit for bit: rotate_half(x) * sin is
+        (-x_2 sin, x_1 sin), which is the halves of x swapped (a roll by d_h / 2) times sin with its
+        first half negated (``lookup``'s third table): the negation moves from x to sin, exactly."""
+        if x.shape[-1] != self.head_dim or x.shape[-2] != cos.shape[0]:
+            raise ValueError(f"x must be (..., T={cos.shape[0]}, head_dim={self.head_dim}); got {tuple(x.shape)}")
+        if cos.dtype != x.dtype:
+            cos, signed_sin = cos.to(x.dtype), signed_sin.to(x.dtype)
+        return x * cos + x.roll(self.head_dim // 2, dims=-1) * signed_sin
+
+    def rotate_qk(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys at the same ``positions`` rotated with one lookup: what an attention layer calls."""
+        cos, _, signed_sin = self.lookup(positions)
+        return self.rotate_fast(q, cos, signed_sin), self.rotate_fast(k, cos, signed_sin)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base:g}, scaling={self.scaling}, factor={self.factor:g}"

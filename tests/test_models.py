@@ -233,3 +233,44 @@ def test_configs_share_one_vocabulary():
     assert (s2s.context_length, s2s.d_model, s2s.n_heads) == (24, 32, 4)
     with pytest.raises(AttributeError):  # read-only: the real field is the one to set
         gpt.n_layers = 5
+
+
+@pytest.mark.parametrize("family", ["gpt", "decoder"])
+def test_forward_value_checks_name_the_argument_and_the_rule(family):
+    """On a CPU the ids and positions are read (free) and a broken rule is a ValueError saying which
+    argument breaks which rule; a cached forward's positions come from cache.length, read nowhere."""
+    model = (from_preset("gpt2-tiny") if family == "gpt" else from_preset("llama-like", max_seq_len=64)).eval()
+    context = "block_size=64" if family == "gpt" else "max_seq_len=64"
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, vocab_size=256\); got range \[0, 300\]"):
+        model(torch.tensor([[0, 300]]))
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, vocab_size=256\); got range \[-1, 3\]"):
+        model(torch.tensor([[3, -1]]))
+    with pytest.raises(ValueError, match="positions must be >= 0; got -1"):
+        model(torch.zeros(1, 2, dtype=torch.long), positions=torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match=f"sequence longer than the configured context: position 64 >= {context}"):
+        model(torch.zeros(1, 65, dtype=torch.long))
+    cache = model.new_cache()
+    model(torch.zeros(1, 63, dtype=torch.long), cache)
+    model(torch.zeros(1, 1, dtype=torch.long), cache)  # position 63: the last one
+    with pytest.raises(ValueError, match=f"position 64 >= {context}"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", ["gpt", "decoder"])
+def test_forward_on_a_gpu_makes_no_host_sync(family):
+    """GPT.forward and Decoder.forward check token ids and positions on the device (torch._assert_async),
+    never by reading them: with sync debug mode "error" any synchronising read would raise."""
+    model = (from_preset("gpt2-tiny") if family == "gpt" else from_preset("llama-like", max_seq_len=64)).eval().cuda()
+    idx = torch.randint(0, 256, (2, 16), device="cuda")
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(idx)  # warm-up (lazy initialisation may synchronise once)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            model(idx)
+            model(idx[:, :8], cache)  # a prefill
+            model(idx[:, 8:9], cache)  # a decode step
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

@@ -140,3 +140,23 @@ def test_alibi_bias_is_minus_slope_times_distance():
         for i in range(6):
             for j in range(6):
                 assert bias[h, i, j].item() == pytest.approx(-slopes[h].item() * abs(i - j))
+
+
+def test_rotate_fast_is_rotate_bit_for_bit_and_the_lookup_memo_is_never_stale():
+    """rotate_fast moves rotate_half's negation from x to sin (exact in floating point); the memo that
+    lets the layers of one forward share a lookup answers only for the same, unchanged positions."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(16, scaling="yarn_hf", factor=4.0, original_max_len=32)
+    x = torch.randn(2, 3, 7, 16)
+    pos = torch.arange(5, 12)
+    cos, sin, signed = rope.lookup(pos)
+    assert torch.equal(rope.rotate_fast(x, cos, signed), rope.rotate(x, cos, sin))
+    assert rope.lookup(pos)[0] is cos  # the same positions tensor: the memo
+    pos.add_(1)  # changed in place: looked up again
+    assert torch.equal(rope.lookup(pos)[0], rope.cos_sin(torch.arange(6, 13))[0])
+    before = rope.lookup(pos)[0]
+    rope.inv_freq.mul_(1.05)  # the frequencies changed: looked up again
+    assert not torch.equal(rope.lookup(pos)[0], before)
+    q, k = rope.rotate_qk(x, x[:, :1], pos)
+    c2, s2 = rope.cos_sin(pos.clone())
+    assert torch.equal(q, rope.rotate(x, c2, s2)) and torch.equal(k, rope.rotate(x[:, :1], c2, s2))

@@ -9,6 +9,8 @@ What this module provides
 - ``preset_family(name)``: "decoder", "gpt" or "seq2seq".
 - ``FAMILIES``: family -> ``Family(presets, config, model)``; ``register_family`` fills it (each model
   module registers its own family, so this module imports none of them).
+- ``check_inputs``: the value rules of every model's forward (token ids below the vocabulary size,
+  positions inside the context), without a device sync on a GPU.
 
 Preset names are unique across families (registering a clashing name is an error), which is what lets
 one function dispatch on the name alone.
@@ -18,9 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
-__all__ = ["init_normal", "Family", "FAMILIES", "register_family", "preset_family", "preset_config", "from_preset"]
+from companion.positions import compiling, value_range
+
+__all__ = ["init_normal", "check_inputs", "Family", "FAMILIES", "register_family", "preset_family", "preset_config",
+           "from_preset"]
 
 
 def init_normal(m: nn.Module, std: float = 0.02) -> None:
@@ -29,6 +35,43 @@ def init_normal(m: nn.Module, std: float = 0.02) -> None:
         nn.init.normal_(m.weight, mean=0.0, std=std)
         if getattr(m, "bias", None) is not None:
             nn.init.zeros_(m.bias)
+
+
+def check_inputs(idx: Tensor, positions: Tensor | None, start: int, vocab_size: int, context: int,
+                 context_name: str) -> None:
+    """A forward's value rules: token ids ``idx`` (B, T) in [0, vocab_size), positions in [0, context).
+
+    ``positions`` None stands for the forward's own ``start + arange(T)``, whose range is known on the
+    host without reading a tensor. Values in CPU memory are read there (free), and a broken rule is a
+    ValueError naming the argument and the rule. Values on a GPU are not read: that would stall the
+    device on every call (a decode step, every step); the rule is asserted on the device instead
+    (``torch._assert_async``, no sync: a broken rule fails the next synchronising call, with the same
+    message). Nothing is checked on the meta device or while torch.compile traces (the caller of a
+    compiled step checks its inputs)."""
+    if compiling() or not idx.numel():
+        return
+    T = idx.shape[1]
+    ids_rule = f"token ids must be in [0, vocab_size={vocab_size})"
+    context_rule = f"sequence longer than the configured context: positions must be < {context_name}={context}"
+    if idx.device.type == "cpu":
+        lo, hi = value_range(idx)
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{ids_rule}; got range [{lo}, {hi}]")
+    elif idx.device.type != "meta":
+        torch._assert_async(((idx >= 0) & (idx < vocab_size)).all(), ids_rule)
+    if positions is None:
+        p_lo, p_hi = start, start + T - 1
+    elif positions.device.type == "cpu":
+        p_lo, p_hi = value_range(positions)
+    else:
+        if positions.device.type != "meta":
+            torch._assert_async(((positions >= 0) & (positions < context)).all(),
+                                f"positions must be >= 0, and {context_rule}")
+        return
+    if p_lo < 0:
+        raise ValueError(f"positions must be >= 0; got {p_lo}")
+    if p_hi >= context:
+        raise ValueError(f"sequence longer than the configured context: position {p_hi} >= {context_name}={context}")
 
 
 @dataclass(frozen=True)

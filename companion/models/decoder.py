@@ -42,8 +42,8 @@ from companion.mha import MultiHeadAttention, check_heads
 from companion.mla import MultiHeadLatentAttention
 from companion.moe import ROUTERS, MoE
 from companion.norms import NORMS, make_norm
-from companion.positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, compiling, embed_scale
-from companion.models.common import init_normal, register_family
+from companion.positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, embed_scale
+from companion.models.common import check_inputs, init_normal, register_family
 
 __all__ = ["DecoderConfig", "Decoder", "PRESETS", "POSITIONS", "ATTENTIONS"]
 
@@ -270,7 +270,9 @@ class Decoder(nn.Module):
             self.positions = LearnedPositions(c.d_model, c.max_seq_len)
         elif c.position == "sinusoidal":
             self.positions = SinusoidalPositions(c.d_model, c.max_seq_len)
+        self._ropes: dict[tuple, RotaryEmbedding] = {}  # one RoPE module per distinct setting (see _rope)
         self.layers = nn.ModuleList(self._block(i) for i in range(c.n_layers))
+        del self._ropes
         pre = c.norm_placement in ("pre", "sandwich")  # the stream itself is never normalised: one final norm
         self.final_norm = make_norm(c.norm, c.d_model, c.norm_eps, offset=c.norm_offset) if pre else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -280,7 +282,9 @@ class Decoder(nn.Module):
 
     def _rope(self, layer: int) -> RotaryEmbedding:
         """Each layer kind has its own RoPE: the base of global layers may differ (Gemma 3: 1M against
-        10k), and ``rope_scaling_layers="global"`` scales the global layers' RoPE only."""
+        10k), and ``rope_scaling_layers="global"`` scales the global layers' RoPE only. Layers with the
+        same setting share one module (it holds no parameters, only the frequencies), so a forward
+        looks their cos / sin up once (``RotaryEmbedding.lookup``), not once per layer."""
         c = self.config
         glob = c.is_global(layer)
         base = c.rope_base_global if (c.rope_base_global is not None and glob) else c.rope_base
@@ -294,7 +298,10 @@ class Decoder(nn.Module):
                            mscale_all_dim=c.rope_mscale_all_dim)
         if scaling == "llama3":
             options = dict(low_freq_factor=c.rope_low_freq_factor, high_freq_factor=c.rope_high_freq_factor)
-        return RotaryEmbedding(dim, base, scaling, c.rope_factor, c.rope_original_max_len, **options)
+        key = (dim, base, scaling, tuple(sorted(options.items())))
+        if key not in self._ropes:
+            self._ropes[key] = RotaryEmbedding(dim, base, scaling, c.rope_factor, c.rope_original_max_len, **options)
+        return self._ropes[key]
 
     def _mla_scale(self) -> float | None:
         """DeepSeek's scaled RoPE sharpens MLA's softmax: 1 / sqrt(d_h + d_R) times (0.1 mscale_all_dim ln s + 1)^2,
@@ -359,23 +366,13 @@ class Decoder(nn.Module):
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence (T >= 1); got shape {tuple(idx.shape)}")
-        checks = not compiling()  # torch.compile: no host reads of tensor values (the engine checked its inputs)
         B, T = idx.shape
         start = cache.length if cache is not None else 0
+        # one host read of the ids on a CPU, a device-side assert on a GPU (no sync); the layers read
+        # no values on a GPU (``RotaryEmbedding.lookup``)
+        check_inputs(idx, positions, start, c.vocab_size, c.max_seq_len, "max_seq_len")
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
-        if checks and T and B:
-            # one host read (one device sync on a GPU) for every value check of the forward; the layers
-            # read no values (``RotaryEmbedding.cos_sin``)
-            lo, hi = torch.aminmax(idx.detach().long())
-            p_lo, p_hi = torch.aminmax(positions.detach().long().to(idx.device))
-            lo, hi, p_lo, p_hi = torch.stack([lo, hi, p_lo, p_hi]).tolist()
-            if lo < 0 or hi >= c.vocab_size:
-                raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{lo}, {hi}]")
-            if p_lo < 0:
-                raise ValueError(f"positions must be >= 0; got {p_lo}")
-            if p_hi >= c.max_seq_len:
-                raise ValueError(f"sequence longer than the configured context: position {p_hi} >= max_seq_len={c.max_seq_len}")
         x = self.embed(idx)
         if c.scale_embeddings:
             x = x * embed_scale(c.d_model)

@@ -21,7 +21,7 @@ from companion.blocks import Block
 from companion.cache import ModelCache
 from companion.feedforward import MLP
 from companion.mha import MultiHeadAttention, check_heads
-from companion.models.common import from_family_preset, init_normal, register_family
+from companion.models.common import check_inputs, from_family_preset, init_normal, register_family
 from companion.norms import LayerNorm
 from companion.positions import LearnedPositions
 
@@ -129,14 +129,12 @@ class GPT(nn.Module):
             raise ValueError(f"idx must have shape (B, T); got {tuple(idx.shape)}")
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence (T >= 1); got shape {tuple(idx.shape)}")
-        if idx.numel() and (int(idx.max()) >= c.vocab_size or int(idx.min()) < 0):
-            raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}); got range [{int(idx.min())}, {int(idx.max())}]")
         start = cache.length if cache is not None else 0
         T = idx.shape[1]
+        # ids and positions checked by reading them on a CPU, by a device-side assert on a GPU (no sync)
+        check_inputs(idx, positions, start, c.vocab_size, c.block_size, "block_size")
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
-        if T and int(positions.max()) >= c.block_size:
-            raise ValueError(f"sequence longer than the configured context: position {int(positions.max())} >= block_size={c.block_size}")
         x = self.drop(self.wte(idx) + self.wpe(positions))
         for i, block in enumerate(self.blocks):
             x = block(x, positions, cache.layer(i) if cache is not None else None, mask=mask)
