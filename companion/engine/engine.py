@@ -25,7 +25,7 @@ from typing import Sequence as Seq
 
 from torch import Tensor, nn
 
-from companion.inference.generate import SamplingParams, check_decoder, check_prompts, context_length
+from companion.inference.generate import SamplingParams, check_decoder, check_prompts, context_length, finish_reason, is_int
 from companion.inference.paged import PagedKVCache
 from companion.engine.runner import Runner
 from companion.engine.scheduler import Scheduler
@@ -183,12 +183,9 @@ class Engine:
             if seq.first_token_time is None:
                 seq.first_token_time = time.perf_counter()
             events.append((seq.id, tok))
-            if tok in seq.params.stop_tokens:
-                self._finish(seq, "stop")
-            elif len(seq.output) >= seq.params.max_new_tokens:
-                self._finish(seq, "length")
-            elif len(seq.tokens) >= self.context:
-                self._finish(seq, "context")
+            reason = finish_reason(tok, seq.params, len(seq.output), len(seq.tokens), self.context)
+            if reason is not None:
+                self._finish(seq, reason)
         return events
 
     def _fail(self, batch: list[tuple[Sequence, int]], error: Exception) -> None:
@@ -232,7 +229,7 @@ class Engine:
         if len(sampling_params) != len(prompts):
             raise ValueError(f"sampling_params needs one entry per prompt ({len(prompts)}); got {len(sampling_params)}")
         arrivals = [0] * len(prompts) if arrivals is None else list(arrivals)
-        if len(arrivals) != len(prompts) or not all(_is_int(a) and a >= 0 for a in arrivals):
+        if len(arrivals) != len(prompts) or not all(is_int(a) and a >= 0 for a in arrivals):
             raise ValueError(f"arrivals needs one step index >= 0 per prompt ({len(prompts)}); got {arrivals}")
         for p, sp in zip(prompts, sampling_params):  # validate everything before queueing anything
             self._check_request(p, sp)
@@ -258,11 +255,7 @@ class Engine:
         )
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
 def _need_int(name: str, value) -> None:
     """Sizes are whole numbers: 10.5 pages is refused, never rounded."""
-    if not _is_int(value) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be >= 1 and an integer; got {value!r}")

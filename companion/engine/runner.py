@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from companion.inference.generate import packed_forward, sample_rows
+from companion.inference.batch import packed_forward
+from companion.inference.generate import sample_rows
 from companion.engine.sequence import Sequence
 
 __all__ = ["Runner"]

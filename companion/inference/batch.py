@@ -3,9 +3,11 @@ read path ends here.
 
 The read, step by step (the files a reader opens from ``Engine.step``):
 1. ``companion.engine.engine``: ``Engine.step`` schedules (sequence, n tokens) pairs and calls
-   ``companion.engine.runner.Runner.run``, which packs them (``PagedKVCache.pack`` -> ``PagedBatch``:
-   pages reserved, slot and seat indices computed once for all layers) and runs the model's forward
-   over the packed rows with ``cache=batch``; each layer gets ``batch.layer(i)``.
+   ``companion.engine.runner.Runner.run``, which calls ``packed_forward`` (this module): the new
+   tokens of every sequence laid end to end in one (1, N) row, packed (``PagedKVCache.pack`` ->
+   ``PagedBatch``: pages reserved, slot and seat indices computed once for all layers), and one
+   forward of the model with ``cache=batch``; the model's forward (``companion.models``) hands
+   layer i its view, ``batch.layer(i)``.
 2. ``companion.mha``: the attention layer projects q, k, v for the new rows, rotates them (RoPE), and
    hands them to its cache view: ``view.attend(q, k, v, positions, window=...)``.
 3. This module: ``PagedBatchLayerView.attend`` writes k, v into the pages (``PagePool.write_slots``)
@@ -15,6 +17,7 @@ The read, step by step (the files a reader opens from ``Engine.step``):
    K/V read of a decode step is ``GatherGroup.sdpa``, a view of the seats, no copy.
 
 What this module provides
+- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
 - ``SeatBuffers``: each running sequence's K/V in one row (seat) of dense per-layer buffers.
 - ``GatherGroup``: sequences attended as one padded batch over their seats.
 - ``PagedBatch``: several sequences of one pool in one forward; ``PagedBatchLayerView``, its
@@ -30,15 +33,34 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from companion.cache import LayerCache
+from companion.cache import LayerCache, PackedBatchCache
 from companion.kernels.paged_flex import flex_attention, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
 from companion.kernels.paged_reference import page_slots, paged_attention_reference
 
-__all__ = ["SeatBuffers", "GatherGroup", "PagedBatch", "PagedBatchLayerView", "PAGED_KERNELS"]
+__all__ = ["packed_forward", "SeatBuffers", "GatherGroup", "PagedBatch", "PagedBatchLayerView", "PAGED_KERNELS"]
 
 PAGED_KERNELS = ("gather", "reference", "triton", "flex")
+
+
+def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence[int]]) -> Tensor:
+    """Feed chunks[b] (new tokens of sequence b, at positions caches[b].length ...) through the model
+    in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
+    positions = torch.tensor([j for c, ch in zip(caches, chunks) for j in range(c.length, c.length + len(ch))], dtype=torch.long, device=device)
+    lengths = [len(c) for c in chunks]
+    owner = getattr(caches[0], "owner", None)
+    if owner is not None and all(getattr(c, "owner", None) is owner for c in caches):
+        cache = owner.pack(caches, lengths)  # one pool's sequences: a PagedBatch
+    else:
+        cache = PackedBatchCache(caches, lengths)  # any other caches, one view per sequence
+    logits = model(ids, cache=cache, positions=positions)[0]  # (N, V)
+    if len(lengths) == ids.shape[1]:  # one token each (decoding): every row is a last row
+        return logits
+    last = torch.tensor(lengths).cumsum(0) - 1
+    return logits[last.to(device)]
 
 
 class SeatBuffers:
@@ -202,6 +224,8 @@ class PagedBatch:
       (N, S) block mask ``same_sequence`` (the packed layout of ``companion.cache.PackedBatchCache``);
       MLA layers and layers with sinks, ALiBi or kept tokens always take this path.
     """
+
+    length = 0  # the model's forward is always given the rows' positions
 
     def __init__(self, owner: PagedKVCache, seqs: Sequence[PagedSequenceCache], new_lengths: Sequence[int]):
         p = owner.page_size

@@ -14,12 +14,14 @@ Three interchangeable cache modes, one loop:
 - "contiguous": per-sequence ``ModelCache``: prefill the prompt once, then one row per step.
 - "paged": per-sequence block tables over one page pool (``companion.inference.paged``), optionally int8/int4.
 With a cache, sequences of different lengths are batched without padding: their new rows are laid
-end to end in one (1, N) row with per-token absolute positions (``companion.cache.PackedBatchCache``).
+end to end in one (1, N) row with per-token absolute positions (``companion.inference.batch.packed_forward``).
 
 What this module provides
 - ``SamplingParams`` (validated), ``filter_logits``, ``sample``.
 - ``context_length(model)``, ``check_prompts``, ``check_decoder`` (an encoder-decoder is refused).
-- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
+- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens
+  (defined in ``companion.inference.batch``).
+- ``finish_reason``: when a sequence stops (here and in the engine); ``is_int``.
 - ``stream(...)``: an iterator of per-step new tokens; ``generate(...)`` -> ``GenerationResult``.
 """
 
@@ -33,13 +35,13 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from companion.cache import PackedBatchCache
+from companion.inference.batch import packed_forward
 from companion.inference.kvquant import BITS as KV_BITS
 from companion.inference.paged import PagedKVCache
 
 __all__ = [
     "SamplingParams", "filter_logits", "sample", "sample_rows", "context_length", "check_prompts", "packed_forward",
-    "stream", "generate", "GenerationResult", "CACHE_MODES", "MIN_TEMPERATURE", "check_decoder",
+    "stream", "generate", "GenerationResult", "CACHE_MODES", "MIN_TEMPERATURE", "check_decoder", "is_int", "finish_reason",
 ]
 
 CACHE_MODES = ("none", "contiguous", "paged")
@@ -48,9 +50,22 @@ CACHE_MODES = ("none", "contiguous", "paged")
 MIN_TEMPERATURE = 1e-6
 
 
-def _is_int(x) -> bool:
+def is_int(x) -> bool:
     """A Python or NumPy integer (bool excluded: True is not a token count)."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def finish_reason(token: int, params: "SamplingParams", n_generated: int, n_tokens: int, context: int) -> str | None:
+    """Why a sequence stops once ``token`` is appended (its ``n_generated``-th new token, ``n_tokens``
+    in all), or None: "stop" (a stop token), "length" (max_new_tokens reached) or "context" (the
+    model's context is full). The one rule, for ``generate`` and ``companion.engine.Engine``."""
+    if token in params.stop_tokens:
+        return "stop"
+    if n_generated >= params.max_new_tokens:
+        return "length"
+    if n_tokens >= context:
+        return "context"
+    return None
 
 
 def _is_real(x) -> bool:
@@ -79,7 +94,7 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 0:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0 and an integer; got {self.max_new_tokens!r}")
         self.max_new_tokens = int(self.max_new_tokens)
         if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
@@ -88,7 +103,7 @@ class SamplingParams:
             raise ValueError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}; got {self.temperature!r}: "
                              "dividing the logits by it overflows them to inf (and the probabilities to NaN). "
                              "Use 0 for greedy decoding, which is what such a temperature means")
-        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 1):
+        if self.top_k is not None and (not is_int(self.top_k) or self.top_k < 1):
             raise ValueError(f"top_k must be >= 1 (an integer) or None; got {self.top_k!r}")
         self.top_k = None if self.top_k is None else int(self.top_k)
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:  # NaN fails both comparisons
@@ -96,10 +111,10 @@ class SamplingParams:
         stops = self.stop_tokens
         if isinstance(stops, (str, bytes, Tensor)) or not isinstance(stops, (tuple, list, set, frozenset, range)):
             raise ValueError(f"stop_tokens must be a sequence of token ids, e.g. (5,); got {stops!r}")
-        if not all(_is_int(t) and t >= 0 for t in stops):
+        if not all(is_int(t) and t >= 0 for t in stops):
             raise ValueError(f"stop_tokens must hold integer token ids >= 0; got {tuple(stops)!r}")
         self.stop_tokens = tuple(int(t) for t in stops)
-        if not (self.seed is None or isinstance(self.seed, torch.Generator) or _is_int(self.seed)):
+        if not (self.seed is None or isinstance(self.seed, torch.Generator) or is_int(self.seed)):
             raise ValueError(f"seed must be an integer, a torch.Generator or None; got {self.seed!r}")
 
     def generator(self) -> torch.Generator | None:
@@ -180,7 +195,7 @@ def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt; got none")
-    if all(_is_int(t) for t in prompts):
+    if all(is_int(t) for t in prompts):
         prompts = [prompts]
     ctx, vocab = context_length(model), model.config.vocab_size
     out = []
@@ -192,7 +207,7 @@ def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
         if isinstance(p, (str, bytes)) or not hasattr(p, "__iter__"):
             raise ValueError(f"prompts[{i}] must be a list of token ids; got {type(p).__name__}")
         p = list(p)
-        bad = next((t for t in p if not _is_int(t)), None)
+        bad = next((t for t in p if not is_int(t)), None)
         if bad is not None:
             raise ValueError(f"prompts[{i}] holds {bad!r}, which is not an integer token id")
         p = [int(t) for t in p]
@@ -204,20 +219,6 @@ def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
             raise ValueError(f"prompts[{i}] has token ids outside [0, vocab_size={vocab})")
         out.append(p)
     return out
-
-
-def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence[int]]) -> Tensor:
-    """Feed chunks[b] (new tokens of sequence b, at positions caches[b].length ...) through the model
-    in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
-    positions = torch.tensor([j for c, ch in zip(caches, chunks) for j in range(c.length, c.length + len(ch))], dtype=torch.long, device=device)
-    lengths = [len(c) for c in chunks]
-    logits = model(ids, cache=PackedBatchCache(caches, lengths), positions=positions)[0]  # (N, V)
-    if len(lengths) == ids.shape[1]:  # one token each (decoding): every row is a last row
-        return logits
-    last = torch.tensor(lengths).cumsum(0) - 1
-    return logits[last.to(device)]
 
 
 def _padded_forward(model: nn.Module, seqs: Sequence[Sequence[int]]) -> Tensor:
@@ -310,12 +311,7 @@ def _steps(model, prompts, params, cache, page_size, kv_bits, keep_logits, _resu
                     if keep_logits:
                         logit_rows[i].append(logits[row].float().cpu())
                     events.append((i, tok))
-                    if tok in params.stop_tokens:
-                        reasons[i] = "stop"
-                    elif len(outs[i]) >= params.max_new_tokens:
-                        reasons[i] = "length"
-                    elif len(seqs[i]) >= ctx:
-                        reasons[i] = "context"
+                    reasons[i] = finish_reason(tok, params, len(outs[i]), len(seqs[i]), ctx) or ""
                 if _result is not None and cache != "none":
                     _result.kv_bytes = max(_result.kv_bytes, _held_bytes(caches, pool))
                 yield events
