@@ -197,7 +197,7 @@ def rope_inverse_frequencies(
         turns = original_max_len * inv_freq / (2 * math.pi)  # r_i = L / lambda_i
         keep = ((turns - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)  # gamma(r): 1 keeps theta_i
         inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
-        temperature = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        temperature = yarn_temperature(factor)
     elif scaling == "yarn_hf":
         def index_of(turns: float) -> float:  # the channel index i at which r_i = turns
             return head_dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
@@ -211,15 +211,12 @@ def rope_inverse_frequencies(
         ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0.0, 1.0)
         keep = 1 - ramp  # 1 keeps theta_i (low i: fast channels), 0 interpolates
         inv_freq = keep * inv_freq + (1 - keep) * inv_freq / factor
-        def m(k: float) -> float:
-            return 0.1 * k * math.log(factor) + 1.0 if factor > 1 else 1.0
-
         if attention_factor is not None:
             temperature = attention_factor
         elif mscale and mscale_all_dim:
-            temperature = m(mscale) / m(mscale_all_dim)
+            temperature = yarn_temperature(factor, mscale) / yarn_temperature(factor, mscale_all_dim)
         else:
-            temperature = m(1.0)
+            temperature = yarn_temperature(factor)
     elif scaling == "llama3":
         if not 0 < low_freq_factor < high_freq_factor:
             raise ValueError(f"llama3 RoPE needs 0 < low_freq_factor < high_freq_factor; got {low_freq_factor}, {high_freq_factor}")
@@ -260,12 +257,16 @@ def ntk_base(base: float, factor: float, head_dim: int) -> float:
     return base * factor ** (head_dim / (head_dim - 2))
 
 
-def yarn_temperature(factor: float) -> float:
+def yarn_temperature(factor: float, mscale: float = 1.0) -> float:
     """YaRN's factor on q and k, sqrt(1/t) = 0.1 ln s + 1 (Peng et al. 2024, eq. 22): the logits are
-    multiplied by its square, which sharpens the softmax that the longer context flattens. 1 for s = 1."""
+    multiplied by its square, which sharpens the softmax that the longer context flattens. 1 for s = 1.
+
+    ``mscale`` = k gives DeepSeek's generalisation m(k) = 0.1 k ln s + 1 (its config's ``mscale`` and
+    ``mscale_all_dim``; k = 1 is YaRN's). The one place this formula is written: the RoPE temperatures
+    of "yarn" and "yarn_hf" and MLA's softmax factor m(mscale_all_dim)^2 all call it."""
     if factor < 1:
         raise ValueError(f"factor (the context extension s) must be >= 1; got {factor}")
-    return 0.1 * math.log(factor) + 1.0
+    return 0.1 * mscale * math.log(factor) + 1.0
 
 
 def rotate_half(x: Tensor) -> Tensor:

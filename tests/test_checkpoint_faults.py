@@ -201,3 +201,29 @@ def test_state_referencing_a_missing_tensor_is_a_clear_error(tmp_path):
     rewrite(step_dir, "state.json", json.dumps(structure).encode())
     with pytest.raises(ValueError, match="state.json is corrupted: the state has a malformed entry"):
         ckpt.load_state(tmp_path)
+
+
+def test_one_synced_write_serves_every_crash_safe_file(tmp_path):
+    """companion.files.write_synced is the write-chmod-fsync of atomic_write_bytes and of the
+    checkpoint's files; atomic_write_bytes's hook runs after the fsync and before the rename, so a
+    failure there leaves the old file and no temporary one."""
+    from companion.files import atomic_write_bytes, write_synced
+
+    old_umask = os.umask(0o077)
+    try:
+        write_synced(tmp_path / "a", b"one")
+        target = tmp_path / "b"
+        atomic_write_bytes(target, b"old")
+        seen = []
+
+        def hook():
+            seen.append(sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".b.")))
+            raise OSError("disk gone")
+
+        with pytest.raises(OSError, match="disk gone"):
+            atomic_write_bytes(target, b"new", before_replace=hook)
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "a").read_bytes() == b"one" and (tmp_path / "a").stat().st_mode & 0o777 == 0o644
+    assert len(seen[0]) == 1 and target.read_bytes() == b"old" and target.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -28,7 +28,6 @@ Presets (shapes, not weights, of the families they are named after):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +41,9 @@ from companion.mha import MultiHeadAttention, check_heads
 from companion.mla import MultiHeadLatentAttention
 from companion.moe import ROUTERS, MoE
 from companion.norms import NORMS, make_norm
-from companion.positions import ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, embed_scale
+from companion.positions import (
+    ROPE_SCALINGS, LearnedPositions, RotaryEmbedding, SinusoidalPositions, embed_scale, yarn_temperature,
+)
 from companion.models.common import check_inputs, init_normal, register_family
 
 __all__ = ["DecoderConfig", "Decoder", "PRESETS", "POSITIONS", "ATTENTIONS"]
@@ -309,7 +310,7 @@ class Decoder(nn.Module):
         c = self.config
         if c.rope_scaling is None or not c.rope_mscale_all_dim or c.rope_factor <= 1:
             return None
-        m = 0.1 * c.rope_mscale_all_dim * math.log(c.rope_factor) + 1.0
+        m = yarn_temperature(c.rope_factor, c.rope_mscale_all_dim)
         return (c.mla_head_dim + c.rope_dim) ** -0.5 * m * m
 
     def _block(self, i: int) -> Block:

@@ -77,7 +77,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 
-from companion.files import atomic_write_bytes, sha256_file
+from companion.files import atomic_write_bytes, sha256_file, write_synced
 from companion.models import unwrap
 
 __all__ = [
@@ -241,11 +241,7 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_file(path: Path, data: bytes) -> None:
     """A new file, mode 0644 whatever the umask, fsynced."""
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fchmod(handle.fileno(), 0o644)
-        os.fsync(handle.fileno())
+    write_synced(path, data)
     _done(f"write {path.name}")
 
 
@@ -481,21 +477,11 @@ def save_checkpoint(
             raise _not_written(run_dir, step, error) from error
         raise
     # flip `latest` (temporary file, fsync, os.replace): before this, `latest` names the old step
-    pointer = None
     try:
-        fd, pointer = tempfile.mkstemp(dir=run_dir, prefix=f".{_LATEST}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write((final.name + "\n").encode())
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-    except OSError as error:  # the new step is complete but not yet `latest`: take it back too
-        if pointer is not None:
-            Path(pointer).unlink(missing_ok=True)
+        atomic_write_bytes(run_dir / _LATEST, (final.name + "\n").encode(), before_replace=lambda: _done("write latest"))
+    except OSError as error:  # the new step is complete but not `latest`: take it back too
         shutil.rmtree(final, ignore_errors=True)
         raise _not_written(run_dir, step, error) from error
-    _done("write latest")
-    os.replace(pointer, run_dir / _LATEST)
     _fsync_dir(run_dir)
     _done("replace latest")
     # then delete what the new step supersedes: older copies of this step, and the steps beyond `keep`
