@@ -195,3 +195,45 @@ def test_engine_with_the_triton_kernel_under_the_interpreter():
     assert outs["triton"] == outs["reference"] == outs["gather"]
     assert [len(t) for t in outs["triton"]] == [3, 2, 3]
     assert outs["kernel_calls"] >= 2 * 3  # 2 layers, at least 3 steps
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bits", [None, 8])
+def test_seats_hold_the_pages_rows(bits):
+    """The "gather" kernel reads seats (``SeatBuffers``), written with the pages. A sequence whose
+    pages were written by another path (its own single-sequence view) takes a seat on its first
+    packed step and fills it from its pages; seats out of order (one freed, a later sequence in the
+    lowest free one) are attended in place; every step's logits equal the packed block-mask path
+    (None); after each step every seat row below a sequence's length equals its pages' row as a read
+    gives it back (dequantised); freeing a sequence gives its seat back."""
+    torch.manual_seed(3)
+    model = from_preset("llama-like").eval()
+    pools = {k: PagedKVCache(model, n_pages=40, page_size=3, bits=bits, attention_kernel=k) for k in ("gather", None)}
+    prompts = [[5, 6, 7, 8, 9], [1, 2], [3, 3, 3, 3], [9, 8, 7]]
+    seqs = {k: [pool.new_sequence() for _ in prompts[:3]] for k, pool in pools.items()}
+    for k in pools:  # sequence 0 through its own view (pages only), the others packed
+        model(torch.tensor([prompts[0]]), cache=seqs[k][0])
+        packed_forward(model, seqs[k][1:], prompts[1:3])
+    assert seqs["gather"][0].seat is None and seqs["gather"][1].seat is not None
+    tokens = [[4], [4], [4]]
+    for step in range(6):
+        if step == 2:  # free the middle sequence; a new one takes its seat
+            for k, pool in pools.items():
+                seqs[k][1].free()
+                seqs[k][1] = pool.new_sequence()
+            assert seqs["gather"][1].seat is None
+            tokens[1] = prompts[3]
+        logits = {k: packed_forward(model, seqs[k], tokens) for k in pools}
+        torch.testing.assert_close(logits["gather"], logits[None], atol=1e-5, rtol=1e-5)
+        tokens = [[int(t)] for t in logits["gather"].argmax(-1)]
+        pool, seats = pools["gather"].pool, pools["gather"].seats
+        for seq in seqs["gather"]:
+            slots = torch.tensor([seq.table[j // 3] * 3 + j % 3 for j in range(seq.length)])
+            for layer in range(len(seats.k)):
+                for i, buffer in enumerate((seats.k[layer], seats.v[layer])):
+                    assert torch.equal(buffer[seq.seat, : seq.length], pool.read_slots(layer, i, slots, seats.dtype))
+    assert [s.seat for s in seqs["gather"]] == [2, 0, 1]  # batch order is not seat order: read in place
+    held = pools["gather"].seats.n_seats - len(pools["gather"].seats._free)
+    for seq in seqs["gather"]:
+        seq.free()
+    assert held == 3 and len(pools["gather"].seats._free) == pools["gather"].seats.n_seats
