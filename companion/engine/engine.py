@@ -1,8 +1,9 @@
 """``Engine``: continuous batching over a paged (or contiguous) KV cache.
 
 Each ``step()``: the scheduler picks (sequence, n_tokens) pairs within the token budget, the runner
-feeds them in one packed forward and samples where a sequence's known tokens are exhausted, and the
-engine appends tokens, registers newly full pages for prefix sharing, and retires sequences that
+feeds them in one packed forward and samples where a sequence's known tokens are exhausted
+(``companion.engine.runner``; the forward's K/V read is traced step by step in the docstring of
+``companion.inference.batch``), and the engine appends tokens, registers newly full pages for prefix sharing, and retires sequences that
 hit a stop token, max_new_tokens or the model's context (their pages return to the pool at once,
 so waiting requests are admitted the very next step). Per request it records time to first token
 (TTFT = first token time - arrival) and decode speed (generated tokens / (finish - arrival)).

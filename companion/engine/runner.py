@@ -1,5 +1,10 @@
 """Model runner: one packed forward over the scheduled chunks, then one sampled token for every
-sequence whose chunk reached the end of its known tokens."""
+sequence whose chunk reached the end of its known tokens.
+
+The forward is ``companion.inference.batch.packed_forward`` (the sequences' new tokens in one row,
+their pages and seats packed into a ``PagedBatch``, the model run with it as its cache), or, for a
+step in which every sequence feeds one token and ``compile=True``, the compiled decode step
+(``companion.engine.compiled``), which runs the same read."""
 
 from __future__ import annotations
 
