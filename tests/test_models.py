@@ -256,6 +256,17 @@ def test_forward_value_checks_name_the_argument_and_the_rule(family):
         model(torch.zeros(1, 1, dtype=torch.long), cache)
 
 
+def test_seq2seq_value_checks_name_src_or_tgt():
+    model = seq2seq_from_preset("tiny", src_vocab_size=20, tgt_vocab_size=12, share_embeddings=False, max_len=8).eval()
+    with pytest.raises(ValueError, match=r"src token ids must be in \[0, src_vocab_size=20\); got range \[1, 20\]"):
+        model.encode(torch.tensor([[1, 20]]))
+    memory = model.encode(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match=r"tgt token ids must be in \[0, tgt_vocab_size=12\)"):
+        model.decode(torch.tensor([[12]]), memory)
+    with pytest.raises(ValueError, match="position 8 >= max_len=8"):
+        model.decode(torch.zeros(1, 9, dtype=torch.long), memory)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("family", ["gpt", "decoder"])
 def test_forward_on_a_gpu_makes_no_host_sync(family):

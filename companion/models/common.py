@@ -38,7 +38,7 @@ def init_normal(m: nn.Module, std: float = 0.02) -> None:
 
 
 def check_inputs(idx: Tensor, positions: Tensor | None, start: int, vocab_size: int, context: int,
-                 context_name: str) -> None:
+                 context_name: str, ids_name: str = "token ids", vocab_name: str = "vocab_size") -> None:
     """A forward's value rules: token ids ``idx`` (B, T) in [0, vocab_size), positions in [0, context).
 
     ``positions`` None stands for the forward's own ``start + arange(T)``, whose range is known on the
@@ -47,11 +47,12 @@ def check_inputs(idx: Tensor, positions: Tensor | None, start: int, vocab_size: 
     device on every call (a decode step, every step); the rule is asserted on the device instead
     (``torch._assert_async``, no sync: a broken rule fails the next synchronising call, with the same
     message). Nothing is checked on the meta device or while torch.compile traces (the caller of a
-    compiled step checks its inputs)."""
+    compiled step checks its inputs). ``ids_name`` and ``vocab_name`` name the argument and its limit
+    in the messages (an encoder-decoder model has two vocabularies)."""
     if compiling() or not idx.numel():
         return
     T = idx.shape[1]
-    ids_rule = f"token ids must be in [0, vocab_size={vocab_size})"
+    ids_rule = f"{ids_name} must be in [0, {vocab_name}={vocab_size})"
     context_rule = f"sequence longer than the configured context: positions must be < {context_name}={context}"
     if idx.device.type == "cpu":
         lo, hi = value_range(idx)

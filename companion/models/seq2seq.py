@@ -24,7 +24,7 @@ from companion.blocks import Block
 from companion.cache import ModelCache
 from companion.feedforward import MLP
 from companion.mha import MultiHeadAttention, check_heads
-from companion.models.common import from_family_preset, register_family
+from companion.models.common import check_inputs, from_family_preset, register_family
 from companion.positions import SinusoidalPositions, embed_scale
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "SEQ2SEQ_PRESETS", "seq2seq_from_preset"]
@@ -108,13 +108,12 @@ class Seq2SeqTransformer(nn.Module):
             nn.init.normal_(self.tgt_embed.weight, std=c.d_model**-0.5)
         self.out.weight = self.tgt_embed.weight  # section 3.4: shared pre-softmax projection
 
-    def _check_ids(self, ids: Tensor, vocab: int, what: str) -> None:
+    def _check_ids(self, ids: Tensor, vocab: int, what: str, positions: Tensor | None = None, start: int = 0) -> None:
+        """Shape here; values and positions by ``check_inputs`` (read on a CPU, asserted on a GPU without a sync)."""
         if ids.dim() != 2:
             raise ValueError(f"{what} must have shape (B, T); got {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.max()) >= vocab or int(ids.min()) < 0):
-            raise ValueError(f"{what} token ids must be in [0, {vocab}); got range [{int(ids.min())}, {int(ids.max())}]")
-        if ids.shape[1] > self.config.max_len:
-            raise ValueError(f"{what} is longer than the configured context max_len={self.config.max_len}: {ids.shape[1]}")
+        check_inputs(ids, positions, start, vocab, self.config.max_len, "max_len", ids_name=f"{what} token ids",
+                     vocab_name=f"{what}_vocab_size")
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, positions: Tensor) -> Tensor:
         return self.drop(emb(ids) * embed_scale(self.config.d_model) + self.positions(positions))
@@ -137,12 +136,10 @@ class Seq2SeqTransformer(nn.Module):
         self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, cache: ModelCache | None = None, positions: Tensor | None = None
     ) -> Tensor:
         """tgt (B, T) shifted-right target ids, memory (B, S, d) -> logits (B, T, V_tgt)."""
-        self._check_ids(tgt, self.config.tgt_vocab_size, "tgt")
         start = cache.length if cache is not None else 0
+        self._check_ids(tgt, self.config.tgt_vocab_size, "tgt", positions, start)
         if positions is None:
             positions = torch.arange(start, start + tgt.shape[1], device=tgt.device)
-        if tgt.shape[1] and int(positions.max()) >= self.config.max_len:
-            raise ValueError(f"sequence longer than the configured context: position {int(positions.max())} >= max_len={self.config.max_len}")
         x = self._embed(self.tgt_embed, tgt, positions)
         for i, block in enumerate(self.decoder):
             x = block(x, positions, cache.layer(i) if cache is not None else None, memory=memory, memory_mask=src_mask)
