@@ -64,7 +64,7 @@ class Engine:
         prefix_sharing: map registered full prompt pages instead of recomputing them.
         attention_kernel: how attention reads the pages (paged cache only): "gather" (per-sequence
             padded batches over seats, dense copies of the running sequences' K/V written with the
-            pages (``SeatBuffers``, max_seqs x context rows), torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
+            pages (``SeatBuffers``: one padded batch of them), torch SDPA; the fast CPU path), "reference" (``paged_attention_reference``),
             "triton" (``companion.kernels.triton_paged``: CUDA, or TRITON_INTERPRET=1), "flex" (torch's
             flex_attention over the pool with a block mask: compiled on CUDA, a slow check on a CPU), or None (all sequences
             packed into one row with a block mask). See ``companion.inference.batch.PagedBatch``.
@@ -105,8 +105,6 @@ class Engine:
                 model, n_pages, page_size, bits=kv_bits, dtype=dtype, device=device, prefix_sharing=prefix_sharing,
                 attention_kernel=attention_kernel,
             )
-            if self.kv.seats is not None:  # the "gather" read: one seat per running sequence, sized once
-                self.kv.seats.reserve(max_seqs, self.context)
         self.scheduler = Scheduler(model, self.kv, max_batch_tokens, max_seqs)
         decode_step = None
         if compile:

@@ -74,10 +74,13 @@ class SeatBuffers:
     prefix. Rows come from the pages only when a seat is taken (a shared prefix mapped from the pool,
     or a sequence whose pages were written by another path): ``fill`` copies the rows the seat lacks.
 
-    The cost is memory: n_seats x capacity rows per layer besides the pages, sized like one padded
-    batch of the longest running sequence (the engine preallocates max_seqs x context). A GPU reads
-    the pages directly instead (``attention_kernel="triton"`` or "flex") and needs no seats.
-    Both dimensions grow by doubling when a batch needs more (a copy of what is there, amortised)."""
+    The cost is memory: n_seats x capacity rows per layer besides the pages, one padded batch of the
+    running sequences (seats: as many as ran at once; capacity: the longest of them). Both grow by
+    doubling when a batch needs more (a copy of what is there, amortised) and never shrink; the
+    compiled decode step sizes them once, for the pool's worth of full contexts (its graph has their
+    shapes). Pages stay the unit of allocation: what max-length reservation would waste is bounded
+    here by the longest running sequence, not by the context. A GPU reads the pages directly
+    (``attention_kernel="triton"`` or "flex") and keeps no seats."""
 
     def __init__(self, token_shapes: list[list[tuple[int, ...]]], dtype: torch.dtype, device: torch.device):
         self.token_shapes, self.dtype, self.device = token_shapes, dtype, device
