@@ -15,7 +15,10 @@ What this package provides
   None: no limit); a call that runs longer fails the check as ``TimeLimitExceeded``, naming the case.
 - ``checkers()``: the registered names, by chapter.
 - ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``);
-  ``TimeLimitExceeded``, its subclass for an answer that did not return in time.
+  ``TimeLimitExceeded``, its subclass for an answer that did not return in time. Printed for the
+  page, ``failure.wrapped()`` keeps every line within ``WIDTH`` (88) characters, as a ``Report`` does.
+- ``wrap_lines(text)``: any printed text (a model's summary, a sample) held to ``WIDTH`` characters
+  a line, the most a code cell's output shows in the book's column without scrolling.
 - ``register(name)``: the decorator chapters' checker modules (``companion.exercises.ch01`` ...) use.
 - ``compare(case, got, expected, ...)``: the shared tensor comparison with a diagnosis; ``call(case, fn, ...)``
   runs the learner's function and turns its exception into a failure that names the case;
@@ -38,7 +41,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["check", "checkers", "register", "compare", "diagnose", "call", "ExerciseFailed", "TimeLimitExceeded",
-           "Report", "integer_answer", "diagnose_integer", "TIME_LIMIT"]
+           "Report", "integer_answer", "diagnose_integer", "TIME_LIMIT", "WIDTH", "wrap_lines"]
 
 _REGISTRY: dict[str, Callable] = {}
 WIDTH = 88  # characters of an output line on the rendered page (CONTRIBUTING.md, "Code width")
@@ -47,6 +50,12 @@ TIME_LIMIT = 10.0  # seconds per call of the learner's function (check's default
 
 class ExerciseFailed(AssertionError):
     """A learner's answer disagreed with the reference; the message says where and how."""
+
+    def wrapped(self, width: int = WIDTH) -> str:
+        """The message with each line longer than ``width`` wrapped (continuations indented by two
+        spaces): what a printed failure shows in a code cell's output without scrolling. ``str()``
+        keeps the message as it was raised, one line per diagnosis."""
+        return wrap_lines(str(self), width)
 
 
 class TimeLimitExceeded(ExerciseFailed):
@@ -100,6 +109,17 @@ class _Limited:
         if "error" in result:
             raise result["error"]
         return result.get("value")
+
+
+def wrap_lines(text: str, width: int = WIDTH) -> str:
+    """``text`` with every line longer than ``width`` wrapped, its continuations indented two spaces
+    more than the line itself; shorter lines (and so text wrapped before) are left as they are."""
+
+    def fill(line: str) -> str:
+        indent = line[: len(line) - len(line.lstrip())] + "  "
+        return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+    return "\n".join(line if len(line) <= width else fill(line) for line in text.split("\n"))
 
 
 @dataclass
