@@ -34,7 +34,7 @@ book: $(STAMP) _vendor/.complete
 	$(BIN)/python tools/backmatter.py   # book/exercises_index.md and book/claims.md, from the chapters
 	$(BIN)/jupyter-book build . --path-output . --warningiserror --nitpick --keep-going
 	$(BIN)/python tools/check_site.py _build/html
-	$(BIN)/python tools/check_layout.py _build/html   # in headless Chromium when one is installed
+	$(BIN)/python tools/check_layout.py _build/html --strict   # fails on any layout problem, 1280 and 400 px
 	$(MAKE) --no-print-directory site-check
 	@echo "The book is in _build/html/index.html"
 

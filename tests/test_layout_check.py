@@ -1,7 +1,8 @@
 """tools/check_layout.py measures what a reader sees, proven by planted failures on small synthetic pages
 (no book build needed): a display equation too wide for the column, an equation whose number covers it,
-an output line and a code line too long for the column; and tools/check_browser.py's screenshots put
-every element where the page lays it out at 1280 and 400 px (issue 25, item 2).
+an output line and a code line too long for the column, a two-panel figure squeezed into a phone's column; and tools/check_browser.py's screenshots put
+every element where the page lays it out at 1280 and 400 px (issue 25, item 2). The command ``make book``
+runs exits 1 on a site with a planted problem, so the build fails (issue 25: enforced).
 
 The pages copy the structure Sphinx and MyST-NB write (``div.math > span.eqno + mjx-container``,
 ``div.cell > div.cell_input / div.cell_output > pre``) inside an ``article.bd-article`` column and link
@@ -12,6 +13,9 @@ chosen width (a test with the real MathJax runs where ``make book`` has vendored
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,6 +140,30 @@ def test_a_box_that_does_not_scroll_is_reported_at_400(browser, tmp_path):
                for p in problems), problems
 
 
+def figure_page(tmp_path: Path, stylesheet: bool = True) -> str:
+    """A two-panel figure as MyST-NB writes a glued one: a 1800 px PNG (2.5x) designed for 720 px."""
+    Image = pytest.importorskip("PIL.Image")
+    Image.new("RGB", (1800, 600), (230, 230, 230)).save(tmp_path / "two-panels.png")
+    return page('<figure class="align-default" id="fig-two"><a class="reference internal image-reference" '
+                'href="two-panels.png"><img alt="two panels" src="two-panels.png" style="width: 720px;" /></a>'
+                '<figcaption><p><span class="caption-number">Fig. 1.1 </span>Two panels.</p></figcaption></figure>',
+                stylesheet=stylesheet).replace("</style>", "img { max-width: 100%; height: auto; }</style>")
+
+
+def test_planted_squeezed_two_panel_figure_is_reported_at_400(browser, tmp_path):
+    """Without companion.css the theme shrinks a 720 px two-panel figure into a phone's column: half size,
+    5 px text. The check says so; with the book's CSS it keeps its width and scrolls in its own box."""
+    report, problems = measured(browser, tmp_path, figure_page(tmp_path, stylesheet=False), 400)
+    (fig,) = report["figures"]
+    assert fig["designed"] == 720 and fig["shown"] < 400 and fig["figure"] == "Fig. 1.1", fig
+    assert len(problems) == 1 and problems[0].startswith(
+        f"figure Fig. 1.1 in '1.1. A section' is shown {fig['shown']} px wide, "), problems
+    report, problems = measured(browser, tmp_path, figure_page(tmp_path), 400)
+    (fig,) = report["figures"]
+    assert problems == [] and fig["shown"] == 717 and fig["scrolls"], (fig, problems)
+    assert measured(browser, tmp_path, figure_page(tmp_path), 1280)[1] == []
+
+
 @pytest.mark.skipif(not MATHJAX.exists(), reason="MathJax not vendored (python tools/vendor_assets.py _vendor)")
 def test_real_mathjax_equation_is_measured(browser, tmp_path):
     tex = r"\mathrm{softmax}" + "".join(rf"\left(\frac{{q_{i} k_{i}^T}}{{\sqrt{{d}}}}\right) + " for i in range(8)) + "c"
@@ -180,10 +208,43 @@ def test_screenshot_shows_each_element_where_the_page_lays_it_out(browser, tmp_p
     assert shot.getpixel((width - 5, 2000)) == (255, 255, 255)  # and drawn only there
 
 
-def test_main_skips_a_redirect_page_and_reports_without_failing_until_enforced(tmp_path, capsys):
+def planted_site(tmp_path: Path, html: str) -> Path:
     (tmp_path / "index.html").write_text('<html><head><meta http-equiv="Refresh" content="0; url=p.html"></head></html>')
-    (tmp_path / "p.html").write_text(LONG_OUTPUT)
-    assert check_layout.main([str(tmp_path), "--widths", "1280"]) == (1 if check_layout.ENFORCED else 0)
+    (tmp_path / "p.html").write_text(html)
+    return tmp_path
+
+
+def test_main_skips_a_redirect_page_and_fails_on_a_problem_unless_report_only(tmp_path, capsys):
+    site = planted_site(tmp_path, LONG_OUTPUT)
+    assert check_layout.ENFORCED
+    assert check_layout.main([str(site), "--widths", "1280"]) == 1
     out = capsys.readouterr().out
-    assert "index.html" not in out and "p.html @ 1280 px" in out and "longest line" in out
-    assert check_layout.main([str(tmp_path), "--widths", "1280", "--strict"]) == 1
+    assert "index.html" not in out and "p.html @ 1280 px" in out and "longest line" in out and "FAILED" in out
+    assert check_layout.main([str(site), "--widths", "1280", "--report-only"]) == 0
+    (site / "p.html").write_text(GOOD)
+    assert check_layout.main([str(site)]) == 0
+
+
+def book_recipe_line(tool: str) -> str:
+    """The line of the Makefile's ``book`` recipe that runs ``tools/<tool>``."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\nbook:", 1)[1].split("\n\n", 1)[0]
+    (line,) = [ln.strip() for ln in recipe.splitlines() if f"tools/{tool}" in ln]
+    return line
+
+
+@pytest.mark.parametrize("planted, status", [(WIDE_EQUATION, 1), (LONG_OUTPUT, 1), (GOOD, 0)],
+                         ids=["wide-equation", "long-output", "fits"])
+def test_make_book_fails_on_a_planted_layout_problem(tmp_path, planted, status):
+    """The command ``make book`` runs, as the Makefile writes it, on a site with one planted problem: its
+    exit status is 1 (make stops there), and 0 on a page that fits. No '-' prefix or '|| true' hides it."""
+    line = book_recipe_line("check_layout.py")
+    assert not line.startswith("-") and "||" not in line and ";" not in line.split("#")[0], line
+    argv = shlex.split(line.split("#")[0].replace("$(BIN)/python", sys.executable))
+    assert argv[1:3] == ["tools/check_layout.py", "_build/html"], argv
+    argv[2] = str(planted_site(tmp_path, planted))
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CHROME": CHROME})
+    assert done.returncode == status, done.stdout[-3000:] + done.stderr[-2000:]
+    if status:
+        assert "FAILED" in done.stdout and "p.html @ " in done.stdout

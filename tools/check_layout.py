@@ -2,11 +2,12 @@
 
     python tools/check_layout.py _build/html                  # every page at 1280 and 400 px
     python tools/check_layout.py _build/html --pages book/ch10_kv_cache.html --widths 1280
-    python tools/check_layout.py _build/html --strict         # exit 1 on any problem (issue 25)
+    python tools/check_layout.py _build/html --report-only    # print the problems, exit 0 anyway
 
 Needs a Chromium (``chromium-headless-shell`` or ``chromium`` on PATH, or $CHROME; on Debian
 ``apt-get install chromium-headless-shell``); without one it says so and exits 0, so ``make book``
-works everywhere (tools/check_site.py checks the CSS rules statically on every build). The browser
+works everywhere (tools/check_site.py checks the CSS rules statically on every build);
+``--require-browser`` makes that an error (CI). The browser
 is tools/check_browser.py's (offline, its own process group, ended and its profile removed on every
 path).
 
@@ -22,13 +23,19 @@ the rendered boxes, not the source:
   image, its content width (``scrollWidth``) against the column. At ``DESKTOP_PX`` and wider the
   content must fit (no hidden right-hand part); at every width the box must stay inside the column
   and content wider than the box must scroll inside it.
+- **figures**: every image in a figure or a cell's output, its width as shown against the width it
+  has at ``DESKTOP_PX`` (its designed width, the inline style companion.notebook.viz writes, at most
+  ``FIGURE_COLUMN_PX``). Its text scales with it, and viz makes the smallest text 11 px at that width,
+  so an image shown narrower than ``FIGURE_SCALE`` of it has text under 10 px: a two-panel figure
+  squeezed into a phone's column. On a narrow window it keeps its width and scrolls in its own box
+  (_static/companion.css), and its box must stay inside the column.
 - the page itself must not scroll sideways, and at ``DESKTOP_PX`` a code line of ``CODE_LINE_LIMIT``
   characters must fit a code cell.
 
 Every problem names the page, the width, the element (equation number and label, or the section,
-cell and first characters of the line) and the measured widths. Exit status 1 when a page has a
-problem and the check is enforced (``ENFORCED`` or ``--strict``); otherwise the report is printed
-and the exit status is 0.
+cell and first characters of the line) and the measured widths. Exit status 1 when any page has a
+problem at any width: ``make book`` runs this check and fails with it (``ENFORCED``; issue 25).
+``--report-only`` prints the same report and exits 0, for looking at a build in progress.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ import check_browser  # noqa: E402  (tools/check_browser.py: the browser and the
 CODE_LINE_LIMIT = 88  # tests/test_notebooks.py MAX_LINE
 DESKTOP_PX = 1280
 WIDTHS = (1280, 400)
-# Whether a layout problem fails `make book` (exit status 1). Decided from a full build: see the
-# closing note of issue 25 and CONTRIBUTING.md ("Display equations").
-ENFORCED = False
+FIGURE_COLUMN_PX = 717  # the widest a figure is shown at 1280 px (companion.notebook.viz.COLUMN_PX)
+FIGURE_SCALE = 0.9  # shown at least this fraction of that width: 11 px text stays >= 10 px
+# A layout problem on any page at any width fails the check (exit status 1), and so `make book`
+# (issue 25: every page passed at 1280 and 400 px when this was switched on). --report-only overrides.
+ENFORCED = True
 
 MEASURE = r"""
 (async () => {
@@ -150,10 +159,31 @@ MEASURE = r"""
     const s = scroller ? scroller.getBoundingClientRect() : r;
     out.blocks.push({kind, tag: el.tagName.toLowerCase(), cell: cells.indexOf(cell) + 1, section: sectionOf(el),
                      content: Math.round(content), box: Math.round(r.width), visible: Math.round(s.width),
-                     box_right: Math.round(Math.max(r.right, s.right)),
+                     box_right: Math.round(scroller ? s.right : r.right),
                      column: Math.round(col.right - col.left), column_left: Math.round(col.left),
                      column_right: Math.round(col.right), scrolls: !!scroller,
                      collapsed: !!hiddenBy, chars: longest.length, line: longest.trim().slice(0, 40)});
+  }
+  // Figures: each image's width as shown, and the width it is designed for (its inline style, its
+  // width attribute (a widget's figure), or its natural width for an image saved with neither).
+  out.figures = [];
+  const figNo = (el) => {
+    const fig = el.closest("figure");
+    const num = fig && fig.querySelector(".caption-number");
+    return num ? num.textContent.trim() : (fig && fig.id ? "#" + fig.id : "");
+  };
+  for (const img of document.querySelectorAll("article figure img, article div.cell_output img")) {
+    const r = img.getBoundingClientRect();
+    if (r.width === 0 || getComputedStyle(img).display === "none") continue;
+    let scroller = null;
+    for (let a = img.parentElement; a && a.tagName !== "ARTICLE"; a = a.parentElement)
+      if (clipsX(getComputedStyle(a))) { scroller = a; break; }
+    const col = columnOf(img, (scroller || img).parentElement);
+    const s = scroller ? scroller.getBoundingClientRect() : r;
+    out.figures.push({figure: figNo(img), section: sectionOf(img), shown: Math.round(r.width),
+                      designed: Math.round(parseFloat(img.style.width) || parseFloat(img.getAttribute("width")) || img.naturalWidth),
+                      box_right: Math.round(s.right), column_right: Math.round(col.right),
+                      scrolls: !!scroller, alt: (img.alt || "").slice(0, 40)});
   }
   // Characters per code line: a code cell a reader sees open (not behind a hide-input toggle).
   const pre = document.querySelector(
@@ -241,6 +271,16 @@ def problems_of(report: dict) -> list[str]:
             problems.append(f"{_where(m)} is wider than its box and does not scroll (overflow-x {m['overflow_x']})")
         if m.get("overlap"):
             problems.append(f"{_where(m)}: its number covers the equation")
+    for f in report.get("figures", []):
+        name = f"figure {f['figure'] or '(unnumbered)'}" + (f" in '{f['section']}'" if f.get("section") else "")
+        reference = min(f["designed"], FIGURE_COLUMN_PX)
+        if f["shown"] < FIGURE_SCALE * reference - 1:
+            problems.append(f"{name} is shown {f['shown']} px wide, {f['shown'] / reference:.0%} of its {reference} px "
+                            f"at {DESKTOP_PX} px: its smallest text about {11 * f['shown'] / reference:.0f} px "
+                            "(keep its width and let it scroll: _static/companion.css)")
+        if f["box_right"] > f["column_right"] + 1:
+            problems.append(f"{name}: its box reaches {f['box_right']} px, past the column's right edge "
+                            f"at {f['column_right']} px")
     for b in report.get("blocks", []):
         if desktop and b["content"] > b["column"] + 1:
             problems.append(f"{_block(b)} is {b['content']} px wide in a {b['column']} px column")
@@ -262,13 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("site", nargs="?", default="_build/html", type=Path)
     ap.add_argument("--pages", nargs="+", help="only these pages, relative to SITE (default: every page)")
     ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
-    ap.add_argument("--strict", action="store_true", help="exit 1 on any problem, enforced or not")
+    ap.add_argument("--strict", action="store_true", help="exit 1 on any problem (the default: ENFORCED)")
+    ap.add_argument("--report-only", action="store_true", help="print the problems but exit 0")
+    ap.add_argument("--require-browser", action="store_true", help="exit 1 when no Chromium is found (CI)")
     ap.add_argument("--json", type=Path, help="also write every measurement to this file")
     args = ap.parse_args(argv)
     chrome = check_browser.find_chrome()
     if chrome is None:
         print("check_layout: no Chromium found (set $CHROME or install chromium-headless-shell); nothing measured")
-        return 0
+        return 1 if args.require_browser else 0
     redirect = re.compile(r"http-equiv=[\"']?refresh", re.I)  # a bare redirect (index.html): nothing to measure
     pages = [args.site / p for p in args.pages] if args.pages else [
         p for p in check_browser.site_pages(args.site) if not redirect.search(p.read_text(errors="replace"))]
@@ -297,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                     summary.append((name, width, report, problems))
                     print(f"check_layout: {name} @ {width} px: {len(report['math'])} equations, "
                           f"{len(report.get('blocks', []))} code/output blocks, "
+                          f"{len(report.get('figures', []))} figures, "
                           f"{report.get('code_chars', '-')} characters per code line, "
                           f"{time.perf_counter() - start:.1f} s: {len(problems)} problem(s)", flush=True)
                     for p in problems:
@@ -307,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(measurements, indent=1))
     print(f"check_layout: {len(pages)} pages x {len(args.widths)} widths, {len(failed)} with problems"
           + (": " + ", ".join(f"{n} @ {w}" for n, w in failed) if failed else ""))
-    enforced = ENFORCED or args.strict
-    if failed and not enforced:
-        print("check_layout: reported, not enforced yet (ENFORCED = False in tools/check_layout.py; issue 25)")
+    enforced = (ENFORCED or args.strict) and not args.report_only
+    if failed:
+        print("check_layout: FAILED: fix the elements named above (tools/check_layout.py's docstring says "
+              "what each measurement means)" if enforced else "check_layout: --report-only: exit status 0")
     return 1 if failed and enforced else 0
 
 

@@ -59,6 +59,7 @@ REQUIRED_CSS = [
     ("div.math > span.eqno", "flex: none"),
     ("span.math > mjx-container", "overflow-x: auto"),
     ("div.cell div.cell_input pre", "font-size: 0.8125rem"),
+    ("figure > a.image-reference", "overflow-x: auto"),  # a wide figure keeps its width on a phone
 ]
 
 
