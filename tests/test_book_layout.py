@@ -136,3 +136,47 @@ def test_layout_problems_from_a_browser_measurement():
     assert problems[0].startswith("the page scrolls sideways (1400 px in a 1280 px window")
     assert "fits 77 characters" in problems[1] and "eq-b is wider than its box" in problems[2]
     assert problems[3] == "an unnumbered equation #eq-b: its number covers the equation"
+
+
+def _shown_text(out: dict) -> str:
+    """The text a stored output shows on the page: a stream, or a plain-text result with no richer form
+    (a widget, an image, HTML or Markdown is drawn instead of its text/plain)."""
+    if out.get("output_type") == "stream":
+        return "".join(out["text"])
+    data = out.get("data", {})
+    if set(data) - {"text/plain"}:
+        return ""
+    return "".join(data.get("text/plain", ""))
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_fit_the_column(nb_path):
+    """Every printed line the book shows fits the 88 characters of a code cell's output at 1280 px
+    (tools/check_layout.py measures the rendered page; this catches it before a build). Print a small table,
+    not a dict or a repr; wrap text with companion.exercises.wrap_lines (issue 25, item 5)."""
+    from companion.exercises import WIDTH
+
+    long = []
+    for c in _cells(nb_path):
+        tags = c.get("metadata", {}).get("tags", [])
+        if c["cell_type"] != "code" or {"remove-output", "remove-cell"} & set(tags):
+            continue
+        for out in c.get("outputs", []):
+            long += [f"cell {c.get('id')}: {len(line)} characters: {line[:60]!r}"
+                     for line in _shown_text(out).splitlines() if len(line) > WIDTH]
+    assert not long, "output lines wider than the column:\n" + "\n".join(long)
+
+
+def test_a_printed_failure_and_wrapped_text_fit_the_column():
+    from companion.exercises import WIDTH, ExerciseFailed, wrap_lines
+
+    message = ("2-D scores (4, 6), random mask: 9 masked entries (keys the query may not read) are non-zero, "
+               "first at index (0, 1) (value 0.1515, expected 0) -- your result equals a plain softmax")
+    failure = ExerciseFailed(message)
+    assert str(failure) == message  # what tests match against, unchanged
+    lines = failure.wrapped().splitlines()
+    assert len(lines) == 3 and all(len(line) <= WIDTH for line in lines)
+    assert lines[0].endswith("are") and lines[1].startswith("  non-zero")  # no break inside a hyphenated word
+    assert " ".join(line.strip() for line in lines) == message
+    table = "a  b\n1  2\n" + "x" * 40
+    assert wrap_lines(table) == table  # short lines (a table, text wrapped before) are left as they are
