@@ -299,23 +299,17 @@ class PackedLayerView(LayerCache):
 class PackedBatchCache:
     """``ModelCache``-like wrapper: ``layer(i)`` packs layer i of every sequence's cache.
 
-    caches: per-sequence caches, each with ``layer(i)`` (``ModelCache`` or ``companion.inference.paged.PagedSequenceCache``).
+    caches: per-sequence caches, each with ``layer(i)`` (``ModelCache``, or paged sequences of
+    different pools). Sequences of one page pool are packed by the pool itself
+    (``companion.inference.batch.packed_forward`` -> ``PagedKVCache.pack``), not here.
     new_lengths: rows each sequence contributes to this forward, in the order they are packed.
     """
 
     def __init__(self, caches: Sequence, new_lengths: Sequence[int]):
         self.caches, self.new_lengths = list(caches), list(new_lengths)
         self.length = 0
-        # Caches that share one owner with a ``pack`` method (the paged pool) batch the work of all
-        # sequences per layer themselves; any other mix goes through one view per sequence.
-        owner = getattr(self.caches[0], "owner", None) if self.caches else None
-        self._packed = None
-        if hasattr(owner, "pack") and all(getattr(c, "owner", None) is owner for c in self.caches):
-            self._packed = owner.pack(self.caches, self.new_lengths)
 
     def layer(self, i: int):
-        if self._packed is not None:
-            return self._packed.layer(i)
         if len(self.caches) == 1:  # one sequence (a decode loop): its own view, no packing to do
             return self.caches[0].layer(i)
         return PackedLayerView([c.layer(i) for c in self.caches], self.new_lengths)

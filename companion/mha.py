@@ -20,8 +20,13 @@ Three more options that real families use:
 The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
 an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
 absolute positions, k and v go to the view, and the new queries attend over everything it returns.
-A view may instead attend itself (``LayerCache.attend``: a paged batch reads its pages per sequence
-or with a paged-attention kernel); the layer asks it first for plain causal (+ window) attention.
+The attention path is chosen once, when the layer is built, and kept as data: ``self.path`` is "causal"
+(causal, optionally windowed: the backend's fused kernel), "positions" (kept initial tokens: a mask from
+absolute positions), "full" (encoder self-attention), "softcap" (Gemma 2's capped scores, written out)
+or "cross"; ``self.cache_attends`` says whether a cache view may attend for the layer
+(``LayerCache.attend``, plain causal attention only). A paged batch does: it stores k, v and reads
+them back through its seats or a paged-attention kernel (``companion.inference.batch``: there the
+engine's decode read ends); other views return None and the layer reads what ``update`` returns.
 
 Two helpers for chapter 8: ``head_map(h, g)``, the map pi(r) from query heads to key/value heads, and
 ``sharing_costs(d, h, g, d_h, T)``, what scales with g (projection width, cache) and what with h
@@ -221,6 +226,19 @@ class MultiHeadAttention(nn.Module):
             self.q_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
             self.k_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
         self.qk_norm = qk_norm
+        # The attention path, chosen here once from the options ("cross" or a key of ``_PATHS``), not at every call
+        if cross:
+            self.path = "cross"
+        elif softcap is not None:
+            self.path = "softcap"
+        elif not self.causal and window is None:
+            self.path = "full"
+        else:
+            self.path = "causal" if keep == 0 else "positions"
+        # A cache view may attend for the layer (``LayerCache.attend``: store k, v and return causal,
+        # optionally windowed attention with 1 / sqrt(d_h)) only when that is all this layer computes:
+        # no sinks, ALiBi, kept tokens, own scale or cap (and, per call, no extra mask)
+        self.cache_attends = self.path == "causal" and not sinks and not alibi and scale is None
 
     def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
         B, T, _ = x.shape
@@ -254,7 +272,7 @@ class MultiHeadAttention(nn.Module):
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}")
-        if self.cross:
+        if self.path == "cross":
             if memory is None:
                 raise ValueError("cross-attention needs memory (B, S, d_model)")
             if cache is not None:
@@ -274,57 +292,64 @@ class MultiHeadAttention(nn.Module):
             if positions.shape[0] != T:
                 raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={T}")
             q, k = self.rope.rotate_qk(q, k, positions.to(x.device))  # one lookup for q and k
-        if cache is not None and self._plain_causal(mask):
-            # A cache that can attend itself (a paged batch: per-sequence gather, or a kernel that
-            # reads the pages) stores k, v and returns the output; None = it cannot, read it below.
+        out = None
+        if cache is not None and self.cache_attends and mask is None:
+            # A cache that can attend itself (a paged batch: its seats, or a kernel that reads the
+            # pages) stores k, v and returns the output; None = it cannot, read it below.
             out = cache.attend(q, k, v, positions, window=self.window, backend=self.backend)
-            if out is not None:
-                return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
-        same_sequence = None  # (T, S) for a packed multi-sequence batch (companion.cache.PackedLayerView)
-        if cache is not None:
-            k_positions, (k, v) = cache.update(positions, k, v)
-            same_sequence = cache.same_sequence
-        else:
-            k_positions = positions
-        bias = None
-        if self.alibi_slopes is not None:
-            bias = alibi_bias(self.alibi_slopes, positions, k_positions.to(positions.device))
-        if self.softcap is not None:  # the cap acts on the scores themselves: the written-out path
-            allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
-            if same_sequence is not None:
-                allowed = allowed & same_sequence.to(allowed.device)
-            if mask is not None:
-                allowed = allowed & mask
-            scale = self.scale if self.scale is not None else self.head_dim ** -0.5
-            out = softcapped_attention(q, k, v, allowed, scale, self.softcap, self.sinks)
-        elif not self.causal and self.window is None:  # encoder self-attention: only the extra mask
-            out = attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
-        elif self.keep == 0 and same_sequence is None:
-            # Causal (+ window): the stored keys are contiguous positions ending at the newest row, so
-            # query i sits at S - T + i (attend's convention; a window mask only looks at differences),
-            # and the backend may use its fused causal / windowed kernel.
-            out = attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
-        else:
-            # Kept tokens or packed sequences: the mask comes from the absolute positions themselves.
-            allowed = position_mask(positions, k_positions.to(positions.device), causal=self.causal, window=self.window, keep=self.keep)
-            if same_sequence is not None:
-                allowed = allowed & same_sequence.to(allowed.device)
-            if mask is not None:
-                allowed = allowed & mask
-            out = attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
+        if out is None:
+            if cache is not None:  # store the new rows, attend over everything the view returns
+                k_positions, (k, v) = cache.update(positions, k, v)
+                same_sequence = cache.same_sequence  # (T, S) when the view packs several sequences
+                k_positions = k_positions.to(positions.device)
+            else:
+                k_positions, same_sequence = positions, None
+            bias = None if self.alibi_slopes is None else alibi_bias(self.alibi_slopes, positions, k_positions)
+            out = self._PATHS[self.path](self, q, k, v, positions, k_positions, same_sequence, mask, bias)
         return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+
+    # The attention paths (``self.path``). Each gets q (B, h, T, d), k, v (B, g, S, d), the query and
+    # key positions, the packed view's same-sequence mask (or None), the extra mask and ALiBi's bias.
+
+    def _allowed(self, positions, k_positions, same_sequence, mask) -> Tensor:
+        """(T, S) boolean from the absolute positions (causal, window, kept tokens), the same-sequence
+        blocks of a packed batch and the extra mask."""
+        allowed = position_mask(positions, k_positions, causal=self.causal, window=self.window, keep=self.keep)
+        if same_sequence is not None:
+            allowed = allowed & same_sequence.to(allowed.device)
+        return allowed if mask is None else allowed & mask
+
+    def _attend_causal(self, q, k, v, positions, k_positions, same_sequence, mask, bias) -> Tensor:
+        """Causal (+ window): the stored keys are contiguous positions ending at the newest row, so
+        query i sits at S - T + i (attend's convention) and the backend may use its fused causal /
+        windowed kernel; a packed batch of sequences needs the mask from positions instead."""
+        if same_sequence is not None:
+            return self._attend_positions(q, k, v, positions, k_positions, same_sequence, mask, bias)
+        return attend(q, k, v, causal=True, window=self.window, mask=mask, backend=self.backend, bias=bias,
+                      sinks=self.sinks, scale=self.scale)
+
+    def _attend_positions(self, q, k, v, positions, k_positions, same_sequence, mask, bias) -> Tensor:
+        """Kept tokens (or packed sequences): the mask from the absolute positions themselves."""
+        allowed = self._allowed(positions, k_positions, same_sequence, mask)
+        return attend(q, k, v, mask=allowed, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
+
+    def _attend_full(self, q, k, v, positions, k_positions, same_sequence, mask, bias) -> Tensor:
+        """Encoder self-attention: every key, only the extra mask (and a packed view's blocks)."""
+        if same_sequence is not None:
+            return self._attend_positions(q, k, v, positions, k_positions, same_sequence, mask, bias)
+        return attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
+
+    def _attend_softcap(self, q, k, v, positions, k_positions, same_sequence, mask, bias) -> Tensor:
+        """Gemma 2: the cap acts on the scores themselves, so they are written out."""
+        scale = self.scale if self.scale is not None else self.head_dim ** -0.5
+        return softcapped_attention(q, k, v, self._allowed(positions, k_positions, same_sequence, mask), scale,
+                                    self.softcap, self.sinks)
+
+    _PATHS = {"causal": _attend_causal, "positions": _attend_positions, "full": _attend_full, "softcap": _attend_softcap}
 
     def _dropout(self, x: Tensor) -> Tensor:
         """Dropout where it acts (training, p > 0); otherwise x itself, without a module call."""
         return self.dropout(x) if self.training and self.dropout.p else x
-
-    def _plain_causal(self, mask: Tensor | None) -> bool:
-        """Causal self-attention with at most a sliding window: what ``LayerCache.attend`` computes.
-        Sinks, ALiBi, kept tokens and extra masks go through ``update`` and ``attend`` here."""
-        return (
-            self.causal and self.keep == 0 and self.sinks is None and self.alibi_slopes is None and mask is None
-            and self.scale is None and self.softcap is None  # the cache's own attend uses 1 / sqrt(d_h), no cap
-        )
 
     def extra_repr(self) -> str:
         kind = "MHA" if self.n_kv_heads == self.n_heads else ("MQA" if self.n_kv_heads == 1 else "GQA")
@@ -339,5 +364,5 @@ class MultiHeadAttention(nn.Module):
             parts.append("sinks")
         if self.alibi_slopes is not None:
             parts.append("alibi")
-        parts.append(f"backend={self.backend}")
+        parts.append(f"backend={self.backend}, path={self.path}")
         return ", ".join(parts)

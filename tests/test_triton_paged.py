@@ -19,7 +19,6 @@ from python_snippet import missing_triton_message, run_snippet
 
 import companion.mha
 from companion.kernels import triton_paged
-from companion.cache import PackedBatchCache
 from companion.inference.generate import packed_forward
 from companion.models import from_preset
 from companion.inference.paged import PagedKVCache
@@ -109,10 +108,9 @@ def test_paged_batch_attend_equals_what_the_model_computes(name, monkeypatch):
         return out
 
     monkeypatch.setattr(companion.mha, "attend", spy)
-    cache = PackedBatchCache(caches, [len(c) for c in chunks])
+    batch = kv.pack(caches, [len(c) for c in chunks])
     positions = torch.cat([torch.arange(c.length, c.length + len(ch)) for c, ch in zip(caches, chunks)])
-    model(torch.tensor([[t for ch in chunks for t in ch]]), cache=cache, positions=positions)
-    batch = cache._packed
+    model(torch.tensor([[t for ch in chunks for t in ch]]), cache=batch, positions=positions)
     assert len(captured) == model.config.n_layers and batch.q_pos.tolist() == positions.tolist()
     window = getattr(model.config, "window", None)
     for layer, (q, out) in enumerate(captured):

@@ -82,7 +82,7 @@ def compile_unsupported(model: nn.Module) -> str | None:
         return "compile=True does not serve MoE layers (data-dependent routing)"
     for i, layer in enumerate(model.layers):
         attn = layer.attn
-        if not isinstance(attn, MultiHeadAttention) or not attn._plain_causal(None) or attn.backend not in ("auto", "sdpa"):
+        if not isinstance(attn, MultiHeadAttention) or not attn.cache_attends or attn.backend not in ("auto", "sdpa"):
             return f"compile=True needs plain causal attention with the sdpa backend in every layer; layer {i} is {attn.extra_repr()}"
     return None
 
