@@ -364,5 +364,5 @@ class MultiHeadAttention(nn.Module):
             parts.append("sinks")
         if self.alibi_slopes is not None:
             parts.append("alibi")
-        parts.append(f"backend={self.backend}, path={self.path}")
+        parts.append(f"backend={self.backend}")
         return ", ".join(parts)
