@@ -8,8 +8,9 @@ The read, step by step (the files a reader opens from ``Engine.step``):
    ``PagedBatch``: pages reserved, slot and seat indices computed once for all layers), and one
    forward of the model with ``cache=batch``; the model's forward (``companion.models``) hands
    layer i its view, ``batch.layer(i)``.
-2. ``companion.mha``: the attention layer projects q, k, v for the new rows, rotates them (RoPE), and
-   hands them to its cache view: ``view.attend(q, k, v, positions, window=...)``.
+2. ``companion.mha``: the attention layer projects q, k, v for the new rows, rotates them (RoPE), and,
+   being plain causal attention (``cache_attends``, decided when the layer was built), hands them to
+   its cache view: ``view.attend(q, k, v, positions, window=...)``.
 3. This module: ``PagedBatchLayerView.attend`` writes k, v into the pages (``PagePool.write_slots``)
    and into the sequences' seats (``SeatBuffers.write``), then ``PagedBatch.paged_attention`` reads
    them back by the pool's ``attention_kernel``. With "gather" (the CPU default) each ``GatherGroup``
