@@ -203,7 +203,7 @@ def test_seats_hold_the_pages_rows(bits):
     """The "gather" kernel reads seats (``SeatBuffers``), written with the pages. A sequence whose
     pages were written by another path (its own single-sequence view) takes a seat on its first
     packed step and fills it from its pages; seats out of order (one freed, a later sequence in the
-    lowest free one) are attended in place; every step's logits equal the packed block-mask path
+    last seat's holder moving into it) are attended in place; every step's logits equal the packed block-mask path
     (None); after each step every seat row below a sequence's length equals its pages' row as a read
     gives it back (dequantised); freeing a sequence gives its seat back."""
     torch.manual_seed(3)
@@ -232,8 +232,8 @@ def test_seats_hold_the_pages_rows(bits):
             for layer in range(len(seats.k)):
                 for i, buffer in enumerate((seats.k[layer], seats.v[layer])):
                     assert torch.equal(buffer[seq.seat, : seq.length], pool.read_slots(layer, i, slots, seats.dtype))
-    assert [s.seat for s in seqs["gather"]] == [2, 0, 1]  # batch order is not seat order: read in place
-    held = pools["gather"].seats.n_seats - len(pools["gather"].seats._free)
+    assert [s.seat for s in seqs["gather"]] == [0, 2, 1]  # batch order is not seat order: read in place
+    assert pools["gather"].seats.holders == [seqs["gather"][0], seqs["gather"][2], seqs["gather"][1]]
     for seq in seqs["gather"]:
         seq.free()
-    assert held == 3 and len(pools["gather"].seats._free) == pools["gather"].seats.n_seats
+    assert pools["gather"].seats.holders == []

@@ -166,7 +166,7 @@ class CompiledDecode:
         for cache in caches:  # eager bookkeeping: pages reserved (a no-op when the scheduler already did)
             kv.manager.prepare_write(cache.table, cache.length, cache.length + 1)
             if cache.seat is None:
-                cache.seat, cache.seat_rows = seats.acquire(), 0
+                seats.acquire(cache)
         seats.reserve(seats.n_seats, max(cache.length for cache in caches) + 1)  # no-op once sized
         for cache in caches:
             seats.fill(kv.pool, cache)

@@ -74,6 +74,9 @@ class SeatBuffers:
     attention then reads the seats in place, so a decode step copies its new rows, never a whole
     prefix. Rows come from the pages only when a seat is taken (a shared prefix mapped from the pool,
     or a sequence whose pages were written by another path): ``fill`` copies the rows the seat lacks.
+    Seats stay dense: the running sequences hold seats 0..n_held-1, and a sequence that leaves hands
+    its seat to the holder of the last one, whose rows move there (one sequence copied, once), so a
+    decode batch never attends over empty seats.
 
     The cost is memory: n_seats x capacity rows per layer besides the pages, one padded batch of the
     running sequences (seats: as many as ran at once; capacity: the longest of them). Both grow by
@@ -88,18 +91,24 @@ class SeatBuffers:
         self.k: list[Tensor] = []
         self.v: list[Tensor] = []
         self.n_seats, self.capacity = 0, 0
-        self._free: list[int] = []  # seats no sequence holds, below n_seats
+        self.holders: list = []  # holders[s]: the sequence in seat s; seats 0..len(holders)-1 are held
 
-    def acquire(self) -> int:
-        """The lowest free seat (the buffers grow when none is free)."""
-        if not self._free:
+    def acquire(self, seq) -> None:
+        """Seat ``seq`` (a ``PagedSequenceCache``) in the next seat, empty (the buffers grow when full)."""
+        if len(self.holders) == self.n_seats:
             self.reserve(max(1, 2 * self.n_seats), self.capacity)
-        seat = min(self._free)
-        self._free.remove(seat)
-        return seat
+        seq.seat, seq.seat_rows = len(self.holders), 0
+        self.holders.append(seq)
 
-    def release(self, seat: int) -> None:
-        self._free.append(seat)
+    def release(self, seq) -> None:
+        """``seq`` leaves its seat; the holder of the last seat moves into it (rows and all)."""
+        seat, last = seq.seat, self.holders.pop()
+        if last is not seq:
+            for buffer in (*self.k, *self.v):
+                buffer[seat, : last.seat_rows] = buffer[last.seat, : last.seat_rows]
+            last.seat = seat
+            self.holders[seat] = last
+        seq.seat, seq.seat_rows = None, 0
 
     def reserve(self, n_seats: int, capacity: int) -> None:
         """Make room for seats 0..n_seats-1 and rows 0..capacity-1 (growing by doubling, zeros:
@@ -108,15 +117,17 @@ class SeatBuffers:
             return
         S = max(n_seats, self.n_seats if n_seats <= self.n_seats else 2 * self.n_seats)
         C = max(capacity, self.capacity if capacity <= self.capacity else 2 * self.capacity)
-        for buffers, which in ((self.k, 0), (self.v, 1)):
-            for layer, shapes in enumerate(self.token_shapes):
-                grown = torch.zeros(S, C, *shapes[which], dtype=self.dtype, device=self.device)
-                if layer < len(buffers):
-                    grown[: self.n_seats, : self.capacity] = buffers[layer]
-                    buffers[layer] = grown
-                else:
-                    buffers.append(grown)
-        self._free += range(self.n_seats, S)
+        # ordinary tensors even under inference_mode (the engine's forward), so that a seat can
+        # also change hands outside it (``release``, when the scheduler retires a sequence)
+        with torch.inference_mode(False):
+            for buffers, which in ((self.k, 0), (self.v, 1)):
+                for layer, shapes in enumerate(self.token_shapes):
+                    grown = torch.zeros(S, C, *shapes[which], dtype=self.dtype, device=self.device)
+                    if layer < len(buffers):
+                        grown[: self.n_seats, : self.capacity] = buffers[layer]
+                        buffers[layer] = grown
+                    else:
+                        buffers.append(grown)
         self.n_seats, self.capacity = S, C
 
     def write(self, layer: int, flat_rows: Tensor, k: Tensor, v: Tensor) -> None:
@@ -255,7 +266,7 @@ class PagedBatch:
         if self.seats is not None:  # every sequence in a seat that holds its rows so far
             for seq in self.seqs:
                 if seq.seat is None:
-                    seq.seat, seq.seat_rows = self.seats.acquire(), 0
+                    self.seats.acquire(seq)
             self.seats.reserve(self.seats.n_seats, max(ends + [1]))
             for seq in self.seqs:
                 self.seats.fill(owner.pool, seq)

@@ -303,8 +303,7 @@ class PagedSequenceCache:
     def free(self) -> None:
         self.owner.manager.free(self.table)
         if self.seat is not None:
-            self.owner.seats.release(self.seat)
-            self.seat, self.seat_rows = None, 0
+            self.owner.seats.release(self)
         self.length = 0
         self._hashes, self._unnamed_seen = [], -1
 
