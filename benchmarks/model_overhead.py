@@ -22,10 +22,8 @@ the same weights):
 
 ``--family llama`` compares the llama-like ``Decoder`` (RMSNorm, RoPE, GQA with 2 key/value heads,
 SwiGLU, untied head) with transformers' ``LlamaForCausalLM`` (sdpa attention) holding the same weights,
-and adds the diagnostic row companion+gqa: the same model object whose causal attention calls
-``F.scaled_dot_product_attention(..., enable_gqa=True)`` on the g key/value heads, as transformers
-does, instead of ``companion.kernels.attend``'s copy of each key/value head for its h / g query heads
-(whose backward then sums the copies' gradients); it isolates what that copy costs.
+with no diagnostic row: its GQA attention already reads the g key/value heads in place
+(``companion.kernels.attend`` passes ``enable_gqa=True`` to SDPA, as transformers does).
 
 One step = forward + cross-entropy + backward on a (B, T) batch (no optimizer: it is the same for all
 three); ``--forward`` times the forward alone (no_grad).
@@ -141,29 +139,7 @@ def with_torch_layernorm(model: GPT) -> GPT:
     return twin
 
 
-class GroupedAttention:
-    """companion+gqa: while active, MultiHeadAttention's plain causal attention over T = S rows calls
-    SDPA with ``enable_gqa=True`` on the un-copied key/value heads; everything else is unchanged."""
-
-    def __init__(self):
-        import companion.mha as mha
-
-        self.mha, self.attend = mha, mha.attend
-
-    def grouped(self, q, k, v, *, causal=False, window=None, mask=None, scale=None, backend="auto", bias=None, sinks=None):
-        if causal and window is None and mask is None and bias is None and sinks is None and q.shape[2] == k.shape[2]:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
-        return self.attend(q, k, v, causal=causal, window=window, mask=mask, scale=scale, backend=backend, bias=bias, sinks=sinks)
-
-    def use(self, on: bool) -> None:
-        self.mha.attend = self.grouped if on else self.attend
-
-
-GQA = GroupedAttention()
-
-
 def logits_of(name: str, model: nn.Module, idx: Tensor) -> Tensor:
-    GQA.use(name == "companion+gqa")
     return model(idx).logits if name == "transformers" else model(idx)
 
 
@@ -213,12 +189,10 @@ def decode_cost(lengths: list[int], block: int) -> None:
 
 
 def llama_models(args) -> dict[str, nn.Module]:
-    """The llama-like Decoder, the same object for the companion+gqa diagnostic, and LlamaForCausalLM."""
+    """The llama-like Decoder and LlamaForCausalLM holding its weights."""
     companion = from_preset("llama-like", vocab_size=args.vocab, max_seq_len=args.ctx, n_layers=args.layers,
                             n_heads=args.heads, n_kv_heads=max(1, args.heads // 2), d_model=args.d)
     models: dict[str, nn.Module] = {"companion": companion}
-    if not args.no_diagnostic:
-        models["companion+gqa"] = companion
     if not args.no_hf:
         from companion.hf import to_hf
 
@@ -240,7 +214,7 @@ def main() -> None:
     ap.add_argument("--family", choices=("gpt", "llama"), default="gpt",
                     help="gpt: GPT-2 against PlainGPT and GPT2LMHeadModel; llama: the llama-like Decoder against LlamaForCausalLM")
     ap.add_argument("--forward", action="store_true", help="time the forward alone (no_grad), not forward + backward")
-    ap.add_argument("--no-diagnostic", action="store_true", help="skip the diagnostic row (companion+nnLN / companion+gqa)")
+    ap.add_argument("--no-diagnostic", action="store_true", help="skip the diagnostic row companion+nnLN (--family gpt)")
     ap.add_argument("--decode", default=None, metavar="N1,N2,...",
                     help="instead: decode with the KV cache against recomputing, at these lengths (see the docstring)")
     ap.add_argument("--block", type=int, default=8, help="--decode: time the recompute once per this many steps")
@@ -300,7 +274,6 @@ def main() -> None:
         for n in order:
             times[n].append(step(n, models[n], idx, targets, args.forward))
     total = time.perf_counter() - t_start
-    GQA.use(False)
 
     tokens = args.batch * args.ctx
     tps = {n: [tokens / t for t in ts] for n, ts in times.items()}
