@@ -202,8 +202,8 @@ class MultiHeadAttention(nn.Module):
         if cross and (window is not None or rope is not None or alibi):
             raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.cross, self.causal = cross, (causal and not cross)
-        self.window, self.keep, self.backend = window, keep, backend
+        self.cross, self._causal = cross, (causal and not cross)
+        self._window, self._keep, self.backend = window, keep, backend
         self.fused_qkv = fused_qkv and not cross  # cross-attention reads two different inputs
         h, g, dh = n_heads, n_kv_heads, self.head_dim
         if self.fused_qkv:
@@ -226,19 +226,53 @@ class MultiHeadAttention(nn.Module):
             self.q_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
             self.k_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
         self.qk_norm = qk_norm
-        # The attention path, chosen here once from the options ("cross" or a key of ``_PATHS``), not at every call
-        if cross:
+        self._choose_path()
+
+    def _choose_path(self) -> None:
+        """The attention path, chosen once from the options ("cross" or a key of ``_PATHS``), not at
+        every call; again only when ``causal``, ``window`` or ``keep`` is set on a built layer."""
+        if self.cross:
             self.path = "cross"
-        elif softcap is not None:
+        elif self.softcap is not None:
             self.path = "softcap"
-        elif not self.causal and window is None:
+        elif not self._causal and self._window is None:
             self.path = "full"
         else:
-            self.path = "causal" if keep == 0 else "positions"
+            self.path = "causal" if self._keep == 0 else "positions"
         # A cache view may attend for the layer (``LayerCache.attend``: store k, v and return causal,
         # optionally windowed attention with 1 / sqrt(d_h)) only when that is all this layer computes:
         # no sinks, ALiBi, kept tokens, own scale or cap (and, per call, no extra mask)
-        self.cache_attends = self.path == "causal" and not sinks and not alibi and scale is None
+        self.cache_attends = (self.path == "causal" and self.sinks is None and self.alibi_slopes is None
+                              and self.scale is None)
+
+    # The options the path depends on, as properties: setting one on a built layer (chapter 4's
+    # exercise turns ``causal`` off in a copy) chooses the path again instead of being ignored.
+    @property
+    def causal(self) -> bool:
+        return self._causal
+
+    @causal.setter
+    def causal(self, value: bool) -> None:
+        self._causal = bool(value) and not self.cross
+        self._choose_path()
+
+    @property
+    def window(self) -> int | None:
+        return self._window
+
+    @window.setter
+    def window(self, value: int | None) -> None:
+        self._window = value
+        self._choose_path()
+
+    @property
+    def keep(self) -> int:
+        return self._keep
+
+    @keep.setter
+    def keep(self, value: int) -> None:
+        self._keep = value
+        self._choose_path()
 
     def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
         B, T, _ = x.shape

@@ -274,3 +274,28 @@ def test_sharing_costs_attention_arithmetic_does_not_depend_on_g():
     assert mha["kv_params"] == 8 * mqa["kv_params"]
     with pytest.raises(ValueError, match="tokens must be an int >= 1"):
         sharing_costs(64, 8, 2, tokens=0)
+
+
+def test_options_set_on_a_built_layer_choose_the_path_again():
+    # Chapter 4's exercise turns `causal` off on a copy of a trained model: the layer must then attend
+    # both ways, not keep the path it chose when it was built.
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, n_kv_heads=2)
+    x = torch.randn(1, 6, 32)
+    full = torch.softmax(torch.zeros(6, 6), -1) > 0  # every query reads every key
+    causal_out = layer(x)
+    layer.causal = False
+    assert layer.path == "full"
+    out = layer(x)
+    assert torch.allclose(out, layer(x, mask=full))
+    assert not torch.allclose(out[:, :-1], causal_out[:, :-1], atol=1e-4)
+    assert torch.allclose(out[:, -1], causal_out[:, -1], atol=1e-5)  # the last row read everything anyway
+    layer.causal = True
+    layer.window = 2
+    windowed = layer(x)
+    reference = MultiHeadAttention(32, 4, n_kv_heads=2, window=2)
+    reference.load_state_dict(layer.state_dict())
+    assert torch.equal(windowed, reference(x))
+    cross = MultiHeadAttention(32, 4, cross=True)
+    cross.causal = True
+    assert not cross.causal and cross.path == "cross"

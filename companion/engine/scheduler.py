@@ -6,6 +6,7 @@ Policy (one step, at most ``max_batch_tokens`` tokens and ``max_seqs`` running s
    if the pool lacks a page, preempt the YOUNGEST running sequence (least work lost) and retry;
 2. waiting sequences, first come first served: admitted while token budget, seats and pages last.
    With a paged cache a new sequence first maps any registered prefix pages (prefix sharing).
+
 Pages are reserved here, so the runner's forward can never run out of them.
 """
 
