@@ -138,6 +138,21 @@ def softcapped_attention(
     return torch.matmul(weights.nan_to_num(0.0), v)
 
 
+def _path_option(name: str) -> property:
+    """An attention option the layer's path is chosen from (``MultiHeadAttention._choose_path``):
+    stored as ``_name``; setting it chooses the path again."""
+    private = "_" + name
+
+    def get(self):
+        return getattr(self, private)
+
+    def set(self, value) -> None:
+        setattr(self, private, value)
+        self._choose_path()
+
+    return property(get, set)
+
+
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention with h query heads and g key/value heads (g divides h).
 
@@ -202,7 +217,7 @@ class MultiHeadAttention(nn.Module):
         if cross and (window is not None or rope is not None or alibi):
             raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.cross, self._causal = cross, (causal and not cross)
+        self.cross, self._causal = cross, causal  # _choose_path: a cross layer is never causal
         self._window, self._keep, self.backend = window, keep, backend
         self.fused_qkv = fused_qkv and not cross  # cross-attention reads two different inputs
         h, g, dh = n_heads, n_kv_heads, self.head_dim
@@ -232,6 +247,7 @@ class MultiHeadAttention(nn.Module):
         """The attention path, chosen once from the options ("cross" or a key of ``_PATHS``), not at
         every call; again only when ``causal``, ``window`` or ``keep`` is set on a built layer."""
         if self.cross:
+            self._causal = False  # keys from the encoder's memory: never causal, whatever was set
             self.path = "cross"
         elif self.softcap is not None:
             self.path = "softcap"
@@ -245,34 +261,11 @@ class MultiHeadAttention(nn.Module):
         self.cache_attends = (self.path == "causal" and self.sinks is None and self.alibi_slopes is None
                               and self.scale is None)
 
-    # The options the path depends on, as properties: setting one on a built layer (chapter 4's
-    # exercise turns ``causal`` off in a copy) chooses the path again instead of being ignored.
-    @property
-    def causal(self) -> bool:
-        return self._causal
-
-    @causal.setter
-    def causal(self, value: bool) -> None:
-        self._causal = bool(value) and not self.cross
-        self._choose_path()
-
-    @property
-    def window(self) -> int | None:
-        return self._window
-
-    @window.setter
-    def window(self, value: int | None) -> None:
-        self._window = value
-        self._choose_path()
-
-    @property
-    def keep(self) -> int:
-        return self._keep
-
-    @keep.setter
-    def keep(self, value: int) -> None:
-        self._keep = value
-        self._choose_path()
+    # The options the path depends on: setting one on a built layer (chapter 4's exercise turns
+    # ``causal`` off in a copy) chooses the path again instead of being ignored.
+    causal = _path_option("causal")
+    window = _path_option("window")
+    keep = _path_option("keep")
 
     def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
         B, T, _ = x.shape
