@@ -39,6 +39,8 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 _durations: dict[str, float] = defaultdict(float)
 _failed: set[str] = set()
+_slowest: dict[str, str] = {}  # a gpu dry run's slowest cells (tests/test_gpu_dry_run.py)
+SLOW_DRY_RUN_S = 60.0
 TIMES_FILE = ROOT / "book" / "chapter_times.json"
 
 
@@ -61,7 +63,9 @@ def pytest_runtest_logreport(report):
         if report.failed:
             _failed.add(path)
     elif path.endswith("test_gpu_dry_run.py") and "[" in report.nodeid and report.nodeid.endswith(".ipynb]"):
-        _durations[f"{report.nodeid.rsplit('[', 1)[1][:-1]} (gpu dry run)"] += report.duration
+        name = f"{report.nodeid.rsplit('[', 1)[1][:-1]} (gpu dry run)"
+        _durations[name] += report.duration
+        _slowest.update({name: v for k, v in report.user_properties if k == "slowest_cells"})
 
 
 def pytest_collection_finish(session):
@@ -97,6 +101,8 @@ def pytest_terminal_summary(terminalreporter):
     for path, secs in sorted(_durations.items(), key=lambda kv: -kv[1]):
         flag = "  OVER BUDGET" if budgeted and secs > CHAPTER_BUDGET_S else ""
         tr.write_line(f"{secs:8.1f} s  {path}{flag}")
+        if secs > SLOW_DRY_RUN_S and path in _slowest:  # a dry run costs seconds: say where this one's went
+            tr.write_line(f"{'':12}slowest cells: {_slowest[path]}")
         if path.endswith(".ipynb"):
             total += secs
     if total:

@@ -73,9 +73,34 @@ def test_the_dry_run_tolerates_a_failed_claim_and_reports_a_crash():
     assert dry_run_crashes(nb) == ["cell 1: AttributeError: no fit\nmodel.fit()"]
 
 
+def slowest_cells(nb, n: int = 3) -> list[tuple[int, float]]:
+    """The n code cells that took longest, (index, seconds), from the timings nbclient records in
+    each cell's metadata (``execution``: input received by the kernel -> its reply)."""
+    from datetime import datetime
+
+    timed = []
+    for i, cell in enumerate(nb.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if start and end:
+            seconds = (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z"))).total_seconds()
+            timed.append((i, seconds))
+    return sorted(timed, key=lambda t: -t[1])[:n]
+
+
+def test_slowest_cells_reads_the_recorded_timings():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("a"), nbformat.v4.new_markdown_cell("b"), nbformat.v4.new_code_cell("c")]
+    nb.cells[0].metadata["execution"] = {"iopub.execute_input": "2026-12-02T01:00:00.000000Z",
+                                         "shell.execute_reply": "2026-12-02T01:00:02.500000Z"}
+    nb.cells[2].metadata["execution"] = {"iopub.execute_input": "2026-12-02T01:00:03.000000Z",
+                                         "shell.execute_reply": "2026-12-02T01:05:03.000000Z"}
+    assert slowest_cells(nb) == [(2, 300.0), (0, 2.5)]
+
+
 @pytest.mark.dry_run
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
-def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path):
+def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path, record_property):
     pytest.importorskip("nbclient")
     env = {k: v for k, v in os.environ.items() if k != THREADS_VAR}  # the dry run pins one thread itself
     env.update({ENV_VAR: "gpu", DRY_RUN_VAR: "1", "OMP_NUM_THREADS": "1", "COMPANION_PROGRESS": "0"})
@@ -86,6 +111,8 @@ def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path):
         pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n{err[-4000:]}",
                     pytrace=False)
     nb = nbformat.read(executed, as_version=4)
+    # where the time went (the terminal summary prints it for a slow run: conftest.py)
+    record_property("slowest_cells", "; ".join(f"cell {i} {s:.1f} s" for i, s in slowest_cells(nb)))
     crashes = dry_run_crashes(nb)
     if crashes:
         pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n" + "\n".join(crashes),
