@@ -351,8 +351,11 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
         start = time.perf_counter()
         outs = engine.generate(prompts, params)
         sync()
-        return time.perf_counter() - start, [o.tokens for o in outs]
+        wall = time.perf_counter() - start
+        work[tuple(lens)] = (engine.steps, engine.stats["tokens_fed"])
+        return wall, [o.tokens for o in outs]
 
+    work = {}  # workload -> (forwards, token rows fed) of the engine
     runs = {"hf": lambda lens: run_hf(lens, False)}
     if hf_compiled:
         runs["hf_c"] = lambda lens: run_hf(lens, True)
@@ -403,6 +406,15 @@ def compare_with_transformers(model, prompts, workloads: dict, reps=5, compiled=
     for (w, r), toks in tokens.items():  # greedy on the same weights: every request token for token
         assert toks == tokens[w, "hf"], f"{w}, {r}: {sum(a == b for a, b in zip(toks, tokens[w, 'hf']))}/{n_requests} identical"
     print("\nwarm-up s: the untimed first run; for the compiled runs (in parentheses) minus the timed median, i.e. the compile time.")
+    print("\nWork done (counted, not timed): forwards of the model and the token rows they are fed. The rows' ratio "
+          "bounds the engine's speed-up where a forward's time grows with its rows; where a forward's time is a fixed "
+          "per-call cost, the forwards' ratio does.\n")
+    print("| workload | transformers: forwards, rows (padding and finished rows included) | engine: forwards, rows | rows ratio | forwards ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for w, lens in workloads.items():
+        hf_rows, hf_forwards = n_requests * (L + max(lens) - 1), max(lens)  # one prefill, then one row per request and step
+        forwards, rows = work[tuple(lens)]
+        print(f"| {w} | {hf_forwards}, {hf_rows:,} | {forwards}, {rows:,} | {hf_rows / rows:.2f}x | {hf_forwards / forwards:.2f}x |")
     if "engine_c" in runs:
         for w in workloads:
             same = sum(a == b for a, b in zip(tokens[w, "engine_c"], tokens[w, "engine"]))
