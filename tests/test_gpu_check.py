@@ -38,7 +38,7 @@ def test_cpu_dry_run_says_no_cuda_runs_the_smoke_modes_and_writes_every_result(t
     assert by_name["1-cuda-tests"]["collected"] > 0                       # the CUDA tests exist and collect
     assert by_name["2-flash"]["exit_status"] == by_name["4-train"]["exit_status"] == 2
     serving = by_name["3-serving"]
-    assert serving["exit_status"] == 0 and len(serving["tables"]) == 3    # correctness, timing, bandwidth
+    assert serving["exit_status"] == 0 and len(serving["tables"]) == 4    # correctness, timing, work, bandwidth
     float32 = next(row for row in serving["tables"][0]["rows"] if row["dtype"] == "float32")
     assert float32["engine greedy == each request alone"] == "6/6"
     table = (tmp_path / "summary.md").read_text()
