@@ -14,12 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+TOOLS = Path(__file__).resolve().parents[1] / "tools"  # kernel_client.py
+
 _EXECUTE = """
 import sys, nbformat, nbclient
-src, out, cwd, timeout, allow = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+src, out, cwd, timeout, allow, tools = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                                        sys.argv[5] == "1", sys.argv[6])
+sys.path.insert(0, tools)
+from kernel_client import SlicedKernelManager  # polls in slices: a missed wake-up costs a second
 nb = nbformat.read(src, as_version=4)
-client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow,
-                                 resources={"metadata": {"path": cwd}})
+client = nbclient.NotebookClient(nb, kernel_manager_class=SlicedKernelManager, timeout=timeout,
+                                 kernel_name="python3", allow_errors=allow, resources={"metadata": {"path": cwd}})
 try:
     client.execute()
 finally:
@@ -36,7 +41,7 @@ def execute_notebook(src: Path, out: Path, env: dict, *, cell_timeout: int = 300
     for _ in range(attempts):
         proc = subprocess.Popen(
             [sys.executable, "-c", _EXECUTE, str(src), str(out), str(src.parent), str(cell_timeout),
-             "1" if allow_errors else "0"],
+             "1" if allow_errors else "0", str(TOOLS)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         try:

@@ -73,29 +73,46 @@ def test_the_dry_run_tolerates_a_failed_claim_and_reports_a_crash():
     assert dry_run_crashes(nb) == ["cell 1: AttributeError: no fit\nmodel.fit()"]
 
 
+def _stamp(cell, key: str):
+    from datetime import datetime
+
+    value = cell.get("metadata", {}).get("execution", {}).get(key)
+    return datetime.fromisoformat(value.rstrip("Z")) if value else None
+
+
 def slowest_cells(nb, n: int = 3) -> list[tuple[int, float]]:
     """The n code cells that took longest, (index, seconds), from the timings nbclient records in
     each cell's metadata (``execution``: input received by the kernel -> its reply)."""
-    from datetime import datetime
-
     timed = []
     for i, cell in enumerate(nb.cells):
-        stamps = cell.get("metadata", {}).get("execution", {})
-        start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        start, end = _stamp(cell, "iopub.execute_input"), _stamp(cell, "shell.execute_reply")
         if start and end:
-            seconds = (datetime.fromisoformat(end.rstrip("Z")) - datetime.fromisoformat(start.rstrip("Z"))).total_seconds()
-            timed.append((i, seconds))
+            timed.append((i, (end - start).total_seconds()))
     return sorted(timed, key=lambda t: -t[1])[:n]
 
 
-def test_slowest_cells_reads_the_recorded_timings():
+def longest_wait(nb) -> tuple[int, float] | None:
+    """(index, seconds) of the cell that started longest after the previous cell's reply: time in
+    no cell, e.g. the client waiting on a message that had already arrived (tools/kernel_client.py)."""
+    waits, last_reply = [], None
+    for i, cell in enumerate(nb.cells):
+        busy = _stamp(cell, "iopub.status.busy")
+        if busy and last_reply:
+            waits.append((i, (busy - last_reply).total_seconds()))
+        last_reply = _stamp(cell, "shell.execute_reply") or last_reply
+    return max(waits, key=lambda t: t[1], default=None)
+
+
+def test_slowest_cells_and_longest_wait_read_the_recorded_timings():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("a"), nbformat.v4.new_markdown_cell("b"), nbformat.v4.new_code_cell("c")]
     nb.cells[0].metadata["execution"] = {"iopub.execute_input": "2026-12-02T01:00:00.000000Z",
                                          "shell.execute_reply": "2026-12-02T01:00:02.500000Z"}
-    nb.cells[2].metadata["execution"] = {"iopub.execute_input": "2026-12-02T01:00:03.000000Z",
+    nb.cells[2].metadata["execution"] = {"iopub.status.busy": "2026-12-02T01:00:03.000000Z",
+                                         "iopub.execute_input": "2026-12-02T01:00:03.000000Z",
                                          "shell.execute_reply": "2026-12-02T01:05:03.000000Z"}
     assert slowest_cells(nb) == [(2, 300.0), (0, 2.5)]
+    assert longest_wait(nb) == (2, 0.5)
 
 
 @pytest.mark.dry_run
@@ -112,7 +129,9 @@ def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path, record_proper
                     pytrace=False)
     nb = nbformat.read(executed, as_version=4)
     # where the time went (the terminal summary prints it for a slow run: conftest.py)
-    record_property("slowest_cells", "; ".join(f"cell {i} {s:.1f} s" for i, s in slowest_cells(nb)))
+    wait = longest_wait(nb)
+    record_property("slowest_cells", "; ".join(f"cell {i} {s:.1f} s" for i, s in slowest_cells(nb))
+                    + ("" if wait is None else f"; longest wait between cells: {wait[1]:.1f} s before cell {wait[0]}"))
     crashes = dry_run_crashes(nb)
     if crashes:
         pytest.fail(f"{nb_path.name} fails in the gpu dry run (executed copy: {executed}):\n" + "\n".join(crashes),

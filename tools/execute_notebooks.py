@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from kernel_client import SlicedKernelManager
 from kernel_path import describe, environ
 
 
@@ -55,6 +56,7 @@ def execute(path: Path) -> float:
         sys.exit(f"refusing to store outputs from COMPANION_PROFILE={env_profile!r}: committed outputs come from 'quick'")
     client = NotebookClient(
         nb,
+        kernel_manager_class=SlicedKernelManager,  # polls in slices: tools/kernel_client.py
         timeout=600,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
