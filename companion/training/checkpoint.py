@@ -6,12 +6,15 @@ What this module provides
 - ``config_dict(model) -> dict``: ``{"model": kind, **config fields}``, the ``config.json`` layout
   (the one ``python -m companion generate --checkpoint`` reads too).
 - ``build_model(config, max_elements=None)``: a model from a config.json dict, sizes bounded first.
-- ``save_checkpoint(run_dir, step, model, tokenizer=None, state=None, keep=2) -> Path``: writes
-  ``run_dir/step-00000200/`` and points ``run_dir/latest`` at it.
+- ``save_checkpoint(run_dir, step, model, tokenizer=None, state=None, keep=2, force=False) -> Path``:
+  writes ``run_dir/step-00000200/`` and points ``run_dir/latest`` at it (``check_run``'s rule first).
 - ``CheckpointNotWritten``: what ``save_checkpoint`` raises when the disk fails it (full, a quota):
   an OSError whose message says that nothing partial was left and which step ``latest`` names.
-- ``check_run_dir(run_dir)``: fails (ValueError) unless checkpoints can be written there; the trainer
-  calls it before its first step.
+- ``check_run_dir(run_dir)``: fails (ValueError) unless checkpoints can be written there (a folder
+  inside a checkpoint's step directory cannot); the trainer calls it before its first step.
+- ``check_run(run_dir, model, step)``: fails (ValueError) when the folder holds another run (steps of
+  another model config, or newer steps) that a save of ``step`` would take the place of.
+- ``keep_aside(run_dir, names)``: moves a run's steps and ``latest`` into ``run_dir/previous-N/``.
 - ``resolve(path) -> Path``: a run directory (follows ``latest``) or one step directory.
 - ``load_model(path, device="cpu", max_elements=None) -> nn.Module``: a model rebuilt from
   ``config.json`` with its weights.
@@ -81,7 +84,7 @@ from companion.files import atomic_write_bytes, sha256_file, write_synced
 from companion.models import unwrap
 
 __all__ = [
-    "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "resolve",
+    "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "check_run", "keep_aside", "resolve",
     "load_model", "load_weights", "read_weights", "load_state", "load_tokenizer", "encode_state", "decode_state",
     "atomic_write_bytes", "FORMAT", "FIELD_LIMITS", "MAX_ELEMENTS", "FAULT_ENV", "CheckpointNotWritten",
 ]
@@ -283,6 +286,13 @@ def check_run_dir(run_dir: Path | str) -> Path:
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"out_dir {run_dir} is a file, not a directory: checkpoints need a directory")
+    inside = _step_dir_around(run_dir)
+    if inside is not None:
+        raise ValueError(
+            f"out_dir {run_dir} is inside the checkpoint step directory {inside}: a run written there would "
+            "add files its manifest.json does not list (both runs would then be refused when loaded) and "
+            f"could be deleted with it when {inside.parent} prunes old steps. Choose a folder outside every "
+            "step-* directory")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-test.", suffix=".tmp")
@@ -291,6 +301,67 @@ def check_run_dir(run_dir: Path | str) -> Path:
     except OSError as e:
         raise ValueError(f"out_dir {run_dir} is not writable: {e.strerror or e}") from None
     return run_dir
+
+
+def _step_dir_around(path: Path) -> Path | None:
+    """The checkpoint step directory that ``path`` is or lies inside, if any: a folder holding a
+    manifest.json, or one named ``step-...`` beside a ``latest`` pointer (a run's own step)."""
+    for folder in (path.resolve(), *path.resolve().parents):
+        if not folder.is_dir():
+            continue
+        if (folder / "manifest.json").is_file() or (
+                _STEP.fullmatch(folder.name) and (folder.parent / _LATEST).is_file()):
+            return folder
+    return None
+
+
+def keep_aside(run_dir: Path, names: list[str]) -> Path:
+    """Move the entries ``names`` of ``run_dir`` (a run's step directories and ``latest``) into a new
+    ``run_dir/previous-N/`` (the first free N), itself a run folder that loads and resumes; returns it.
+    ``latest`` moves first, so a crash in between never leaves a pointer to a moved step, and nothing
+    is deleted."""
+    n = 1
+    while (run_dir / f"previous-{n}").exists():
+        n += 1
+    aside = run_dir / f"previous-{n}"
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".previous.", suffix=".tmp"))
+    for name in sorted(names, key=lambda name: name != _LATEST):
+        os.replace(run_dir / name, tmp / name)
+    os.replace(tmp, aside)
+    return aside
+
+
+_FORCE_HINT = ("save into another folder, or pass force=True to keep the run that is there in a previous-N "
+               "folder inside it first")
+
+
+def check_run(run_dir: Path | str, model: nn.Module, step: int, remedy: str = _FORCE_HINT) -> None:
+    """Refuse (ValueError) to add step ``step`` of ``model`` to ``run_dir`` when that would take the
+    place of another run's checkpoints: the folder holds steps of another model config (``latest``
+    would move to a different model, and ``keep`` would prune the other's steps), or steps newer than
+    ``step`` (``latest`` would go back, and ``keep`` would delete the newer ones). Steps of the same
+    config up to ``step`` are taken as the same run, continued. ``remedy`` ends the message: what the
+    caller can do instead."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    steps = _step_dirs(run_dir)
+    newer = [p.name for s, _, p in steps if s > step]
+    if newer:
+        raise ValueError(
+            f"run folder {run_dir} holds {', '.join(newer)}, newer than step {step}: saving step {step} "
+            f"there would move 'latest' back and let keep= delete the newer checkpoints: {remedy}")
+    for _, _, path in reversed(steps):
+        config = path / "config.json"
+        try:
+            saved = json.loads(config.read_text())
+            problems = _config_mismatch(saved, model) if isinstance(saved, dict) else ["config.json is not an object"]
+        except (OSError, ValueError) as e:
+            problems = [f"its config.json is unreadable ({e})"]
+        if problems:
+            raise ValueError(
+                f"run folder {run_dir} holds {path.name} of another model ({'; '.join(problems[:3])}): saving "
+                f"this model there would replace that run's checkpoints: {remedy}")
 
 
 def _remove_debris(run_dir: Path) -> None:
@@ -415,13 +486,18 @@ def _step_name(step: int) -> str:
 
 def save_checkpoint(
     run_dir: Path | str, step: int, model: nn.Module, tokenizer=None, state: dict | None = None, keep: int | None = 2,
-    weights: dict[str, Tensor] | None = None,
+    weights: dict[str, Tensor] | None = None, force: bool = False,
 ) -> Path:
     """Write ``run_dir/step-<step>/`` crash-safely, point ``run_dir/latest`` at it, keep the newest ``keep``.
 
     Order (see the module docstring): remove debris of earlier crashes; write every file into a
     hidden temporary directory and fsync it; rename it to a fresh name; replace ``latest``; only then
-    move superseded directories aside and delete them.
+    move superseded directories aside and delete them. The whole save holds the run folder's lock
+    (``companion.training.runlock``): a folder another process is writing is refused.
+
+    The run-folder rule (as ``train --out``): a folder holding checkpoints of another model config, or
+    steps newer than ``step``, is refused with a ValueError (``check_run``), because this save would
+    take their place. ``force=True`` first moves that run into ``run_dir/previous-N/``, deleting nothing.
 
     Args:
         state: optional training state (see ``encode_state`` for what it may contain).
@@ -431,12 +507,28 @@ def save_checkpoint(
             the weights it gathered from FSDP shards; ``model`` still gives the config).
     Returns the step directory.
     """
-    global _ops
+    from companion.training.runlock import run_lock
+
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be an int >= 0; got {step!r}")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ValueError(f"keep must be an int >= 1 or None; got {keep!r}")
     run_dir = check_run_dir(run_dir)
+    with run_lock(run_dir):
+        try:
+            check_run(run_dir, model, step)
+        except ValueError:
+            if not force:
+                raise
+            names = [p.name for _, _, p in _step_dirs(run_dir)] + ([_LATEST] if (run_dir / _LATEST).exists() else [])
+            keep_aside(run_dir, names)
+        return _save(run_dir, step, model, tokenizer, state, keep, weights)
+
+
+def _save(run_dir: Path, step: int, model: nn.Module, tokenizer, state: dict | None, keep: int | None,
+          weights: dict[str, Tensor] | None) -> Path:
+    """``save_checkpoint`` once its arguments, the folder and the lock are settled."""
+    global _ops
     _ops = 0
     _remove_debris(run_dir)
     # build every file's bytes before touching the disk (an encoding error leaves nothing behind)

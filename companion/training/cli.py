@@ -244,14 +244,31 @@ def build_run(args):
 
 
 def cmd_train(args) -> int:
-    from companion.training.checkpoint import CheckpointNotWritten, check_run_dir
-    from companion.training.resume import prepare_out_dir
-    from companion.training.trainer import NonFiniteLoss, Trainer, check_device
+    import contextlib
+    import os
+
+    from companion.training.checkpoint import check_run_dir
+    from companion.training.runlock import run_lock
 
     if args.delete_old and not args.force:
         raise ValueError("--delete-old only applies with --force (it deletes the run already in --out)")
+    if not args.out:
+        return _train(args)
+    check_run_dir(args.out)  # before the corpus is read and the model built
+    # The folder's lock is held from the run-folder check to the last checkpoint: a second run started
+    # at the same time is refused instead of passing the check too and pruning this run's steps.
+    # Under torchrun process 0 alone writes checkpoints, and it alone holds the lock.
+    first = int(os.environ.get("RANK", "0")) == 0
+    with run_lock(args.out) if first else contextlib.nullcontext():
+        return _train(args)
+
+
+def _train(args) -> int:
+    from companion.training.checkpoint import CheckpointNotWritten
+    from companion.training.resume import prepare_out_dir
+    from companion.training.trainer import NonFiniteLoss, Trainer, check_device
+
     if args.out:
-        check_run_dir(args.out)  # before the corpus is read and the model built
         prepare_out_dir(args.out, resume=args.resume, force=args.force, delete_old=args.delete_old, act=False)
     if args.device is not None:
         check_device(args.device)

@@ -16,7 +16,10 @@ that does not continue the run in ``DIR`` (no ``--resume``, or ``--resume`` of a
 ``--out``, or ``--force``. With ``force`` the old run's files are kept: its step directories and
 ``latest`` move into ``DIR/previous-N/`` (the first free N, itself a run folder that ``sample
 --checkpoint`` and ``--resume`` read); with ``delete_old`` too they are deleted instead. Resuming the
-run in ``DIR`` (``--resume DIR`` or one of its step directories) is always allowed.
+run in ``DIR`` (``--resume DIR``, or its newest step directory) is allowed; resuming an older step
+of it is a branch, refused there (it would re-save the newer steps' numbers in their place), and
+``DIR/previous-N`` is another run. ``train`` holds ``DIR``'s lock (``companion.training.runlock``)
+from this check to its last checkpoint, so two runs started together cannot both pass it.
 
 Resume refuses a checkpoint trained with another tokenizer (compared by content) and, unless
 ``override=True``, any changed hyper-parameter (``HYPERPARAMETERS``); with ``override=True`` the new
@@ -27,7 +30,6 @@ values are applied (learning rate, schedule and its total steps, weight decay, b
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -58,12 +60,23 @@ def run_in(out_dir: str | Path) -> list[str]:
 
 
 def _continues(out_dir: Path, resume: str | Path | None) -> bool:
-    """Whether ``resume`` names the run in ``out_dir`` (the folder itself or one of its step directories)."""
+    """Whether ``resume`` names the run in ``out_dir``: the folder itself, or one of its own step
+    directories. A run kept inside it (``out_dir/previous-1``, written by --force) is another run."""
     if resume is None:
         return False
     resume = Path(resume).resolve()
     here = out_dir.resolve()
-    return resume == here or resume.parent == here
+    return resume == here or (resume.parent == here and ckpt._STEP.fullmatch(resume.name) is not None)
+
+
+def _newer_than(out_dir: Path, resume: str | Path) -> list[str]:
+    """The step directories of ``out_dir`` newer than the step ``resume`` names (none when ``resume``
+    is the folder itself, which continues from its ``latest``)."""
+    match = ckpt._STEP.fullmatch(Path(resume).resolve().name)
+    if Path(resume).resolve() == out_dir.resolve() or match is None:
+        return []
+    step, version = int(match.group(1)), int(match.group(2) or 0)
+    return [p.name for s, v, p in ckpt._step_dirs(out_dir) if (s, v) > (step, version)]
 
 
 def prepare_out_dir(out_dir: str | Path, resume: str | Path | None = None, force: bool = False,
@@ -71,14 +84,17 @@ def prepare_out_dir(out_dir: str | Path, resume: str | Path | None = None, force
     """Apply the run-folder rules (module docstring) to ``out_dir`` before a run starts.
 
     Raises ValueError when ``out_dir`` holds a run that this one does not continue and ``force`` is
-    False. With ``force``, moves that run into ``out_dir/previous-N/`` (or deletes it with
-    ``delete_old``) and returns the line saying so; otherwise returns None. ``act=False`` only checks
-    (``train`` checks before its work and moves the old run just before its first step)."""
+    False. Resuming one of its step directories that is older than its newest step does not continue
+    it either: the resumed run would re-save those steps in place of the newer checkpoints. With
+    ``force``, moves that run into ``out_dir/previous-N/`` (or deletes it with ``delete_old``) and
+    returns the line saying so; otherwise returns None. ``act=False`` only checks (``train`` checks
+    before its work and moves the old run just before its first step)."""
     if delete_old and not force:
         raise ValueError("--delete-old only applies with --force (it deletes the run already in --out)")
     out_dir = Path(out_dir)
     names = run_in(out_dir)
-    if not names or _continues(out_dir, resume):
+    newer = _newer_than(out_dir, resume) if names and _continues(out_dir, resume) else []
+    if not names or (_continues(out_dir, resume) and not newer):
         return None
     steps = [n for n in names if n != _LATEST]
     if not steps:
@@ -86,7 +102,14 @@ def prepare_out_dir(out_dir: str | Path, resume: str | Path | None = None, force
     else:
         held = f"checkpoint {steps[0]}" if len(steps) == 1 else f"{len(steps)} checkpoints, {steps[0]} to {steps[-1]}"
     if not force:
-        how = f"continue it with --resume {out_dir}" if resume is None else f"--resume {resume} is another run's checkpoint"
+        if newer:
+            how = (f"--resume {resume} is older than that run's newest checkpoint ({newer[-1]}): continuing it "
+                   f"there would re-save steps in place of {', '.join(newer)}. Branch from it into another --out, "
+                   f"or continue the run from its newest step with --resume {out_dir}")
+        elif resume is None:
+            how = f"continue it with --resume {out_dir}"
+        else:
+            how = f"--resume {resume} is another run's checkpoint, not the run in {out_dir}"
         raise ValueError(
             f"--out {out_dir} already holds a run ({held}): a new run there would replace its checkpoints. "
             f"{how[0].upper() + how[1:]}; choose another --out; or pass --force to start a new run there "
@@ -98,14 +121,7 @@ def prepare_out_dir(out_dir: str | Path, resume: str | Path | None = None, force
             path = out_dir / name
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         return f"--force --delete-old: deleted the run that was in {out_dir} ({held})"
-    n = 1
-    while (out_dir / f"previous-{n}").exists():
-        n += 1
-    aside = out_dir / f"previous-{n}"
-    tmp = Path(tempfile.mkdtemp(dir=out_dir, prefix=".previous.", suffix=".tmp"))
-    for name in sorted(names, key=lambda n: n != _LATEST):  # latest first: a crash in between leaves no
-        os.replace(out_dir / name, tmp / name)  # pointer to a moved step, and nothing is deleted
-    os.replace(tmp, aside)
+    aside = ckpt.keep_aside(out_dir, names)
     return (f"--force: the run that was in {out_dir} ({held}) is kept in {aside} "
             f"(sample or resume it from there; delete it when no longer needed)")
 

@@ -94,6 +94,7 @@ from companion.training.losses import default_loss
 from companion.precision import DTYPES, choose_precision, cuda_capability
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 from companion.training.resume import restore
+from companion.training.runlock import run_lock
 
 __all__ = [
     "TrainConfig", "Trainer", "History", "setup_distributed", "check_device", "NonFiniteLoss",
@@ -337,8 +338,20 @@ class Trainer:
         target = c.steps if steps is None else steps
         if target < self.step:
             raise ValueError(f"steps must be >= the steps already taken ({self.step}); got {target}")
+        lock = contextlib.nullcontext()
         if c.out_dir and self.rank == 0:
             ckpt.check_run_dir(c.out_dir)  # a file or an unwritable folder fails now, not after the last step
+            # held for the whole fit: another process writing the same folder is refused, not pruned
+            lock = run_lock(c.out_dir)
+        with lock:
+            if c.out_dir and self.rank == 0:  # another run's checkpoints there: refused before any work
+                ckpt.check_run(c.out_dir, self.model, self.step, remedy=(
+                    f"resume that run (trainer.resume({str(c.out_dir)!r})) or choose another out_dir"))
+            return self._fit(target)
+
+    def _fit(self, target: int) -> History:
+        """``fit`` once the output folder is checked and locked."""
+        c = self.config
         show = (c.progress if c.progress is not None else _progress_default()) and self.rank == 0
         from tqdm.auto import tqdm
 
