@@ -13,7 +13,7 @@ JOBS   ?= 2
 ON     := $(BIN)/python tools/kernel_path.py
 NBVAL  := --nbval-current-env -p no:cacheprovider book
 
-.PHONY: book test unit notebooks notebooks-alternate site-check install clean
+.PHONY: book test unit notebooks notebooks-alternate site-check install clean triton-versions
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ test: $(STAMP) _vendor/.complete
 	$(MAKE) --no-print-directory notebooks
 	$(MAKE) --no-print-directory notebooks-alternate
 	$(MAKE) --no-print-directory book
+
+# The oldest Triton the project supports (3.6.0, what torch 2.11 pins) beside the installed one: the kernels
+# under the interpreter, with 3.6.0 unpacked into _build/triton-3.6.0 (about 1 GB; needs the package index).
+triton-versions: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target _build/triton-3.6.0 triton==3.6.0
+	PYTHONPATH=_build/triton-3.6.0 $(BIN)/python -m pytest -q tests/test_triton_flash.py tests/test_triton_paged.py
+	$(BIN)/python -m pytest -q tests/test_triton_flash.py tests/test_triton_paged.py
 
 clean:
 	rm -rf _build _vendor .pytest_cache

@@ -4,6 +4,7 @@ What this module provides
 - ``cuda_capability(device)``: the (major, minor) compute capability of a CUDA device, or None.
 - ``choose_precision(device_type, capability, requested)``: the training arithmetic as a ``Precision``.
 - ``triton_refusal(dtype, capability)``: why a Triton kernel cannot run a dtype on a GPU, or None.
+- ``tf32_matmuls(enabled)``: TF32 for float32 matmuls inside a ``with`` block only (the Trainer's steps).
 
 The rule, by NVIDIA compute capability (what ``torch.cuda.get_device_capability`` returns):
 
@@ -23,11 +24,14 @@ the book's Triton kernels take what Triton compiles well: fp16 from 7.0, bf16 on
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Precision", "PRECISIONS", "DTYPES", "cuda_capability", "choose_precision", "triton_refusal"]
+__all__ = ["Precision", "PRECISIONS", "DTYPES", "cuda_capability", "choose_precision", "triton_refusal",
+           "tf32_matmuls"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # each name's dtype
@@ -108,3 +112,24 @@ def triton_refusal(dtype: torch.dtype, capability: tuple[int, int]) -> str | Non
         return (f"the Triton kernels need compute capability 7.0+; this GPU has {_named(capability)}: "
                 f"use backend='sdpa'")
     return None
+
+
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool = True) -> Iterator[None]:
+    """Let CUDA run float32 matmuls and convolutions in TF32 inside the block, and restore the previous
+    setting on leaving it.
+
+    TF32 keeps float32's range but rounds the inputs of a product to 10 mantissa bits (relative error
+    about 2^-11 per product instead of 2^-24), which is harmless for training and several times faster
+    on tensor cores. Scoped, not global: a Trainer that switched it on for good would silently loosen
+    every float32 comparison a reader makes afterwards (a cache against a fresh forward, two losses).
+    """
+    if not enabled:
+        yield
+        return
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -6,6 +6,8 @@ What this module provides
 - ``INTERPRET``: True when ``TRITON_INTERPRET=1`` was set before import. Triton reads the variable when
   a kernel is decorated, so the kernel modules copy this value at their import and never re-read it.
 - ``LOG2E``: log2(e). The kernels compute exp(x) as exp2(x * log2 e), the exponential the hardware has.
+- ``loop_bounds(helper)``: wraps a ``@triton.jit`` helper that returns loop bounds so that the bounds
+  are Python ints under the interpreter (the compiled kernel gets the helper unchanged).
 - ``runnable(interpret)``: triton is installed and a kernel can run (CUDA present, or the interpreter).
 - ``require_runtime(q, interpret, what=, cpu_choice=, module=)``: the checks every kernel entry point
   makes first: a ValueError for tensors off CUDA (outside the interpreter) or a dtype the GPU's compute
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,10 +36,36 @@ except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
     tl = None
 
-__all__ = ["triton", "tl", "INTERPRET", "LOG2E", "runnable", "require_runtime"]
+__all__ = ["triton", "tl", "INTERPRET", "LOG2E", "loop_bounds", "runnable", "require_runtime"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2 e)
+
+
+def loop_bounds(helper):
+    """``helper`` (a ``@triton.jit`` function returning a tuple of loop bounds) for the kernels' ``range``.
+
+    Compiled, the helper is returned unchanged and inlined. Under the interpreter every scalar is a
+    one-element array, and Triton 3.6's interpreter turns a bound into an index with ``int(array)``, which
+    NumPy 2.4 and newer refuse for an array of one dimension ("only 0-dimensional arrays can be converted
+    to Python scalars"), so ``for start in range(lo, hi, BLOCK)`` failed there (Triton 3.9 squeezes the
+    array itself). Interpreted, the helper's body runs as Python and its bounds come back as Python ints,
+    which every Triton version's ``range`` takes. ``.fn`` stays the helper's source, for printing.
+    """
+    if not INTERPRET:
+        return helper
+
+    def bounds(*args):
+        return tuple(int(np.asarray(_data(x)).reshape(-1)[0]) for x in helper.fn(*args))
+
+    bounds.fn = helper.fn
+    return bounds
+
+
+def _data(x):
+    """The number inside an interpreted scalar (its handle's array), or ``x`` itself when it is a plain value."""
+    handle = getattr(x, "handle", None)
+    return x if handle is None else handle.data
 
 
 def runnable(interpret: bool) -> bool:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from companion.attention import resolve_scale
 from companion.kernels import _triton
-from companion.kernels._triton import INTERPRET, LOG2E, tl, triton  # noqa: F401  (triton, tl: see _triton)
+from companion.kernels._triton import INTERPRET, LOG2E, loop_bounds, tl, triton  # noqa: F401  (triton, tl: see _triton)
 from companion.kernels.flash import check_causal_window
 
 __all__ = ["triton_attention", "flash_forward", "flash_backward", "triton_available", "INTERPRET", "HEAD_DIMS"]
@@ -67,6 +67,7 @@ if triton is not None:
                 keep = keep & (pos - offs_n[None, :] < WINDOW)
         return keep
 
+    @loop_bounds
     @triton.jit
     def _key_range(start_m, S, OFFSET, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    HAS_WINDOW: tl.constexpr):
@@ -80,6 +81,22 @@ if triton is not None:
                 lo = tl.maximum(0, start_m + OFFSET - WINDOW + 1)
                 lo = (lo // BLOCK_N) * BLOCK_N
         return lo, hi
+
+    @loop_bounds
+    @triton.jit
+    def _query_range(start_n, T, OFFSET, WINDOW, GROUP, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+        """[lo, hi): the query rows that can see the keys start_n .. start_n + BLOCK_N - 1 (positions >=
+        start_n when causal, < start_n + BLOCK_N - 1 + WINDOW with a window), lo rounded down to a query
+        block; and the GROUP query heads that share the K/V head. The dK/dV pass loops over both."""
+        lo = 0
+        hi = T
+        if CAUSAL:
+            lo = tl.maximum(0, start_n - OFFSET)
+            lo = (lo // BLOCK_M) * BLOCK_M
+            if HAS_WINDOW:
+                hi = tl.minimum(T, start_n + BLOCK_N - 1 + WINDOW - OFFSET)
+        return lo, hi, GROUP
 
     @triton.jit
     def _fwd_kernel(
@@ -159,16 +176,8 @@ if triton is not None:
         dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
         dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
 
-        # Query blocks that can see this key block: rows at positions >= start_n (causal) and
-        # < start_n + BLOCK_N - 1 + WINDOW (window).
-        lo = 0
-        hi = T
-        if CAUSAL:
-            lo = tl.maximum(0, start_n - OFFSET)
-            lo = (lo // BLOCK_M) * BLOCK_M
-            if HAS_WINDOW:
-                hi = tl.minimum(T, start_n + BLOCK_N - 1 + WINDOW - OFFSET)
-        for j in range(0, GROUP):
+        lo, hi, group = _query_range(start_n, T, OFFSET, WINDOW, GROUP, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+        for j in range(0, group):
             h = kvh * GROUP + j
             q_base = Q + b * sq_b + h * sq_h
             do_base = DO + b * sq_b + h * sq_h

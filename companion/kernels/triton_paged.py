@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from companion.kernels import _triton
-from companion.kernels._triton import INTERPRET, LOG2E, tl, triton  # noqa: F401  (triton, tl: see _triton)
+from companion.kernels._triton import INTERPRET, LOG2E, loop_bounds, tl, triton  # noqa: F401  (triton, tl: see _triton)
 from companion.kernels.paged_reference import check_paged_attention_args
 
 __all__ = ["paged_attention", "triton_available", "INTERPRET"]
@@ -55,6 +55,16 @@ def triton_available() -> bool:
 
 
 if triton is not None:
+
+    @loop_bounds
+    @triton.jit
+    def _row_keys(pos, length, WINDOW, HAS_WINDOW: tl.constexpr):
+        """[lo, hi): the keys a row at position ``pos`` may read (causal by absolute position, optional window)."""
+        hi = tl.minimum(length, pos + 1)
+        lo = pos * 0
+        if HAS_WINDOW:
+            lo = tl.maximum(lo, pos - WINDOW + 1)
+        return lo, hi
 
     @triton.jit
     def _paged_attention_kernel(
@@ -80,11 +90,7 @@ if triton is not None:
         heads = kvh * GROUP + offs_h  # the query heads that read K/V head kvh
         q = tl.load(Q + n * sq_n + heads[:, None] * sq_h + offs_d[None, :] * sq_d, mask=h_ok[:, None] & d_ok[None, :], other=0.0)
 
-        # keys this row may read: lo <= j < hi (causal by absolute position, optional window)
-        hi = tl.minimum(length, pos + 1)
-        lo = pos * 0
-        if HAS_WINDOW:
-            lo = tl.maximum(lo, pos - WINDOW + 1)
+        lo, hi = _row_keys(pos, length, WINDOW, HAS_WINDOW)
 
         m_i = tl.zeros([BLOCK_H], dtype=tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
