@@ -12,6 +12,15 @@ chapters' notebooks under ``book/``, the front matter they link to, a ``_toc.yml
 repository URL and Sphinx settings are the book's, from _config.yml), and a ``README.md`` saying
 what the edition is.
 
+``--out`` must be a folder of its own: the book's root (by any spelling) or a folder inside one the
+course reads (``book/``, ``_static/``, ``tools/``, ``_vendor/``, ``companion/``) is refused before
+anything is written. The course is cut into a temporary folder beside OUT and then moved in, so a
+failure leaves OUT as it was. With ``--force`` into a folder that holds a course, a file someone
+changed since the last cut wrote it (a student's edited notebook), or that no cut wrote, is never
+replaced: it moves into ``OUT/previous-N/`` at the same path, and a line names it. A chapter the last
+cut wrote and this one does not choose is removed when unedited (``OUT/.course-files.json`` records
+what each cut wrote).
+
 The **student edition** replaces every worked solution, the cells between an exercise's
 ``{solution-start}`` and ``{solution-end}`` with their prose, code and outputs, by a short
 "Your answer" note and one code stub. The stub defines each function or class the solution defined,
@@ -34,10 +43,14 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
 import json
+import os
 import re
 import shutil
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository, in a source checkout
@@ -279,6 +292,78 @@ def course_config(book_config: str, title: str, edition: str) -> str:
     return header + text
 
 
+# What the course reads from the book's root: --out may not be, or lie inside, any of them.
+SOURCES = ("book", "_static", "tools", "_vendor", "companion")
+RECORD = ".course-files.json"  # in OUT: the SHA-256 of every file the last cut wrote there
+
+
+def check_out(out: Path, book: Path) -> None:
+    """ValueError unless ``out`` (any spelling: resolved first, links followed) is a folder apart from the
+    book: not the book's root, where the course's ``book/`` would overwrite the chapters it is cut
+    from, and not inside a folder the course reads (``SOURCES``)."""
+    here, root = out.resolve(), book.resolve()
+    if here == root:
+        raise ValueError(f"--out {out} is the book's root ({root}): the course's book/ would be written over "
+                         "the chapters it is cut from. Name a folder of its own, e.g. --out course/")
+    for name in SOURCES:
+        source = root / name
+        if here == source or source in here.parents:
+            raise ValueError(f"--out {out} is inside the book's source folder {source}: the course must not be "
+                             "written into the files it is cut from. Name a folder of its own, e.g. --out course/")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class Kept:
+    """Files of OUT that a cut with --force kept in ``folder`` instead of replacing or deleting them."""
+
+    folder: Path
+    files: list[str]
+
+
+def merge_course(staged: Path, out: Path) -> Kept | None:
+    """Move the cut in ``staged`` into ``out``, keeping what someone changed there.
+
+    A file of ``out`` that the cut replaces, or that the last cut wrote and this one does not (a chapter
+    no longer chosen), is replaced or removed only when it is byte for byte what the last cut wrote
+    (``RECORD``); any other (a student's edited notebook, a file no cut wrote) moves into
+    ``out/previous-N/`` at the same relative path, as ``train --force`` keeps an old run. Returns what
+    was kept (None: nothing)."""
+    record_file = out / RECORD
+    try:
+        written = json.loads(record_file.read_text()) if record_file.is_file() else {}
+    except ValueError:
+        written = {}
+    new = {str(p.relative_to(staged)): _digest(p) for p in sorted(staged.rglob("*")) if p.is_file()}
+    keep: list[str] = []
+    for rel in sorted(set(new) | set(written)):
+        dest = out / rel
+        if not dest.is_file() or dest.is_symlink():
+            continue
+        current = _digest(dest)
+        if current != new.get(rel) and current != written.get(rel):
+            keep.append(rel)
+    kept = None
+    if keep:
+        n = 1
+        while (out / f"previous-{n}").exists():
+            n += 1
+        kept = Kept(out / f"previous-{n}", keep)
+        for rel in keep:
+            (kept.folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out / rel, kept.folder / rel)
+    for rel in set(written) - set(new):  # the last cut's files this cut does not write, unedited
+        (out / rel).unlink(missing_ok=True)
+    for rel in new:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged / rel, out / rel)
+    (out / RECORD).write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m companion course", description=__doc__.split("\n\n")[0],
@@ -296,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the course site's title (default: the book's title plus the edition)")
     ap.add_argument("--no-outputs", action="store_true",
                     help="clear every code cell's stored outputs (students then run the cells themselves)")
-    ap.add_argument("--force", action="store_true", help="write into DIR even if it is not empty")
+    ap.add_argument("--force", action="store_true", help="write into DIR even if it is not empty; a file "
+                    "edited since the last cut wrote it is kept in DIR/previous-N/, never replaced")
     ap.add_argument("--book", type=Path, default=None, metavar="ROOT",
                     help="the book's repository root, holding book/ and _config.yml (default: the current "
                          "directory when it holds them, else the checkout this package was installed from)")
@@ -318,8 +404,32 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     if out.exists() and not out.is_dir():
         ap.error(f"--out {out} is a file, not a folder: name a new or empty folder for the course")
+    try:
+        check_out(out, args.book)
+    except ValueError as e:
+        ap.error(str(e))
     if out.exists() and any(out.iterdir()) and not args.force:
         ap.error(f"--out {out} is not empty (add --force to write into it)")
+    # The course is cut into a fresh folder beside OUT and only then merged into it (merge_course):
+    # a failure half-way leaves OUT as it was, and a file someone edited there is kept, not replaced.
+    final = out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".course.tmp"))
+    try:
+        message = _cut(args, chapters, out, final, ap)
+        kept = merge_course(out, final)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    print(message)
+    if kept is not None:
+        print(f"course: --force kept {len(kept.files)} file(s) edited since they were written (or not written by "
+              f"a course cut) in {kept.folder}: {', '.join(kept.files)}")
+    return 0
+
+
+def _cut(args, chapters: list[Path], out: Path, final: Path, ap: argparse.ArgumentParser) -> str:
+    """Write the course into the empty folder ``out``; returns the line that reports it (naming ``final``,
+    where it is merged)."""
     kind = "student" if args.student else "instructor"
     (out / "book").mkdir(parents=True, exist_ok=True)
     replaced = 0
@@ -366,10 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         + ("Student edition: each worked solution is replaced by a stub that reports \"not done yet\".\n"
            if args.student else "Instructor edition: worked solutions included.\n")
         + INSTALL_NOTE)
-    print(f"course: {len(chapters)} chapter(s), {kind} edition"
-          + (f", {replaced} solutions replaced by stubs" if args.student else "")
-          + (f", slides in {out / 'slides'}" if args.slides else "") + f", written to {out}")
-    return 0
+    return (f"course: {len(chapters)} chapter(s), {kind} edition"
+            + (f", {replaced} solutions replaced by stubs" if args.student else "")
+            + (f", slides in {final / 'slides'}" if args.slides else "") + f", written to {final}")
 
 
 if __name__ == "__main__":

@@ -216,3 +216,63 @@ def test_course_readme_installs_from_the_repository(tmp_path):
     readme = (tmp_path / "c" / "README.md").read_text()
     assert "pip install companion`" not in readme and "pip install companion\n" not in readme
     assert f"git+{course.REPOSITORY}" in readme
+
+
+# --- issue 40: a course never overwrites the book, nor a student's edits ------------------------------
+
+
+def small_book(root: Path) -> Path:
+    """A book root with two one-exercise chapters and a _config.yml: enough for course.main."""
+    (root / "book").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: A small book\n")
+    (root / "book" / "intro.md").write_text("# A small book\n")
+    for n in (1, 2):
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "markdown", "id": "t", "metadata": {}, "source": f"# Chapter {n}"},
+            {"cell_type": "markdown", "id": "s", "metadata": {}, "source": "````{solution-start} ex-a\n````"},
+            {"cell_type": "code", "id": "c", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "def f(x):\n    return x  # SOLUTION"},
+            {"cell_type": "markdown", "id": "e", "metadata": {}, "source": "````{solution-end}\n````"}]}
+        (root / "book" / f"ch0{n}_small.ipynb").write_text(json.dumps(nb))
+    return root
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_out_naming_the_book_root_or_its_sources_is_refused_by_any_spelling(tmp_path, capsys, monkeypatch):
+    root = small_book(tmp_path / "root")
+    (tmp_path / "link").symlink_to(root)
+    before = tree(tmp_path)
+    for out, rule in [(root, "is the book's root"), (root / "book" / "..", "is the book's root"),
+                      (tmp_path / "link", "is the book's root"), (Path("."), "is the book's root"),
+                      (Path("book"), f"is inside the book's source folder {root / 'book'}"),
+                      (root / "book" / "course", "is inside the book's source folder")]:
+        monkeypatch.chdir(root)
+        with pytest.raises(SystemExit) as exit_info:
+            course.main(["--chapters", "1", "--student", "--force", "--book", str(root), "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"--out {out} {rule}" in err, (out, err)
+        assert tree(tmp_path) == before  # nothing written
+
+
+def test_force_keeps_a_notebook_edited_since_the_cut_and_removes_only_unedited_files(tmp_path, capsys):
+    root = small_book(tmp_path / "root")
+    out = tmp_path / "course"
+    cut = ["--student", "--book", str(root), "--out", str(out)]
+    assert course.main(["--chapters", "1-2", *cut]) == 0
+    mine = out / "book" / "ch01_small.ipynb"
+    edited = mine.read_text().replace("not done yet", "my answer")
+    mine.write_text(edited)
+    capsys.readouterr()
+    assert course.main(["--chapters", "1-2", *cut, "--force"]) == 0
+    err_out = capsys.readouterr().out
+    assert (f"course: --force kept 1 file(s) edited since they were written (or not written by a course cut) in "
+            f"{out / 'previous-1'}: book/ch01_small.ipynb") in err_out
+    assert (out / "previous-1" / "book" / "ch01_small.ipynb").read_text() == edited
+    assert "SOLUTION" not in mine.read_text() and mine.read_text() != edited
+    # a cut of chapter 2 alone: chapter 1, unedited this time, goes (it is not in the new _toc); nothing else kept
+    assert course.main(["--chapters", "2", *cut, "--force"]) == 0
+    assert not mine.exists() and not (out / "previous-2").exists()
+    assert (out / "book" / "ch02_small.ipynb").is_file()
