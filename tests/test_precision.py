@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from companion.precision import choose_precision, cuda_capability, triton_refusal
+from companion.precision import choose_precision, cuda_capability, tf32_matmuls, triton_refusal
 
 T4, V100, P100, A100, H100 = (7, 5), (7, 0), (6, 0), (8, 0), (9, 0)
 
@@ -69,3 +69,44 @@ def test_the_triton_entry_points_refuse_bf16_on_a_t4(monkeypatch):
     q = SimpleNamespace(is_cuda=True, device="cuda:0", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="backend='triton': .*bfloat16.*7.5"):
         _triton.require_runtime(q, False, what="backend='triton'", cpu_choice="-", module="-")
+
+
+def _tf32_flags():
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def test_tf32_is_scoped_to_the_block_and_restored_after_an_error():
+    # The H200 run: a Trainer that switched TF32 on for good loosened later float32 checks in ch09
+    # (a cache against a fresh forward differed by 1e-2). The flag must come back as it was.
+    before = _tf32_flags()
+    with tf32_matmuls(True):
+        assert _tf32_flags() == (True, True)
+    assert _tf32_flags() == before
+    with pytest.raises(RuntimeError, match="inside"), tf32_matmuls(True):
+        raise RuntimeError("inside")
+    assert _tf32_flags() == before
+    with tf32_matmuls(False):
+        assert _tf32_flags() == before
+
+
+def test_a_cuda_trainer_uses_tf32_in_its_steps_and_leaves_it_as_it_found_it():
+    from companion.models import from_preset
+    from companion.training.losses import default_loss
+    from companion.training.trainer import TrainConfig, Trainer
+
+    model = from_preset("llama-like", d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=11,
+                        max_seq_len=8)
+    seen = []
+
+    def loss_fn(m, batch):  # records the flag the step's matmuls run under
+        seen.append(_tf32_flags())
+        return default_loss(m, batch, 0.0)
+
+    before = _tf32_flags()
+    trainer = Trainer(model, None, TrainConfig(device="cpu"), loss_fn=loss_fn)
+    trainer._tf32 = True  # what a CUDA device sets; the flags themselves are settable without CUDA
+    assert _tf32_flags() == before  # building the Trainer changed nothing
+    x = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    trainer.forward_backward([(x, x)])
+    assert seen == [(True, True)]  # TF32 inside the step
+    assert _tf32_flags() == before  # and as it was after it

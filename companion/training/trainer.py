@@ -91,7 +91,7 @@ from companion.training.distributed import full_options as _full_options
 from companion.training.distributed import shard as _shard
 from companion.training.history import History
 from companion.training.losses import default_loss
-from companion.precision import DTYPES, choose_precision, cuda_capability
+from companion.precision import DTYPES, choose_precision, cuda_capability, tf32_matmuls
 from companion.training.optim import ConstantWithWarmup, Noam, WarmupCosine, build_optimizer, clip_grad_norm, param_groups
 from companion.training.resume import restore
 from companion.training.runlock import run_lock
@@ -154,9 +154,7 @@ class Trainer:
             self.device = torch.device("cuda", local_rank)
         else:
             self.device = torch.device("cpu")
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
+        self._tf32 = self.device.type == "cuda"  # inside the Trainer's own steps only (tf32_matmuls)
         # bf16 on compute capability 8.0+, fp16 with a gradient scaler on 7.x (a T4), else fp32
         self.precision = choose_precision(self.device.type, cuda_capability(self.device), config.precision)
         self.autocast_dtype = self.precision.autocast_dtype
@@ -256,7 +254,7 @@ class Trainer:
             context = self._ddp.no_sync() if (self._ddp is not None and not sync) else contextlib.nullcontext()
             if self._fsdp:  # reduce-scatter once, after the last micro-batch (FSDP2's no_sync)
                 self.model.set_requires_gradient_sync(sync)
-            with context:
+            with context, tf32_matmuls(self._tf32):
                 with self._autocast():
                     loss_sum, _ = self.loss_fn(self._train_model, b)
                 loss = loss_sum * scale
@@ -313,7 +311,7 @@ class Trainer:
         for i, batch in enumerate(self.data.eval_batches(max_batches)):
             if split and i % self.world != self.rank:
                 continue
-            with self._autocast():
+            with self._autocast(), tf32_matmuls(self._tf32):
                 loss_sum, count = self.loss_fn(self.model, _to(batch, self.device))
             total += torch.stack([loss_sum.double(), count.double()])
         if self._fsdp:  # without a backward the root keeps its gathered weights; drop them (back to shards)
