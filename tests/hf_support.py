@@ -1,7 +1,19 @@
 """Helpers shared by the companion.hf tests (tests/test_hf*.py): random weights far from the init,
 token batches, and the logit comparison."""
 
+from contextlib import contextmanager
+
 import torch
+
+
+@contextmanager
+def seeded(seed):
+    """Draws from torch's global generator inside (a constructor's init, transformers' or ours) come from
+    ``seed``, and the caller's global state is as it was after: a test's inputs do not depend on which
+    tests ran before it, nor change what later tests draw."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def randomise(model, seed, std=0.2):
@@ -40,5 +52,6 @@ def hf_model_of(config, seed, std=0.2):
     import transformers
 
     config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    return randomise(transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config), seed, std)
+    with seeded(seed):
+        model = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
+    return randomise(model, seed, std)

@@ -85,6 +85,16 @@ given a window admitting w + 1 keys; the ``hf`` extra requires transformers 5, w
 this module also relies on.) tests/test_hf.py pins the convention: equal logits for
 ``sliding_window=w`` on sequences longer than w, different logits for ``sliding_window=w + 1``.
 
+Dtypes, tying, activations: a conversion keeps the source's dtype (``dtype=`` overrides it; a model of
+mixed dtypes needs it, apart from the modules a transformers class keeps in float32 itself, such as
+DeepSeek-V3's router), and RoPE frequencies stay float32 whatever the weights' dtype, on both sides.
+Embeddings are tied when the two tensors are one (same storage or equal values), whatever
+tie_word_embeddings says: a model whose flag says tied but whose output matrix was replaced converts
+untied, with a warning (the companion GPT, always tied, refuses it). ``hidden_act`` aliases of the
+functions the companion computes are accepted ("swish" = silu; "gelu_new", "gelu_fast" = the tanh GELU);
+``partial_rotary_factor`` with a scaled RoPE (linear, llama3, yarn) is refused, since companion rotates
+every channel (with the default RoPE the Llama-named classes ignore it, as does the conversion).
+
 transformers is imported inside the functions only, so ``import companion`` never needs it.
 
 The package: ``common`` (classes, refusals), ``configs`` (decoder configs both ways), ``rope``
@@ -97,7 +107,7 @@ from __future__ import annotations
 
 import torch
 
-from companion.hf.common import _HF_CLASSES, DECODER_ARCHS, _hf_class
+from companion.hf.common import _HF_CLASSES, DECODER_ARCHS, _hf_class, _one_dtype, _tied_from_tensors
 from companion.hf.configs import _decoder_arch, _decoder_from_hf_config, hf_config
 from companion.hf.deepseek import _deepseek_links
 from companion.hf.gpt2 import _gpt_from_hf_config, _gpt_links
@@ -109,22 +119,27 @@ __all__ = ["to_hf", "from_hf", "hf_config", "DECODER_ARCHS"]
 
 
 
-def to_hf(model: GPT | Decoder, arch: str | None = None, attn_implementation: str = "eager"):
-    """A transformers model (eval mode, float32, on the CPU) computing the same function as ``model``.
+def to_hf(model: GPT | Decoder, arch: str | None = None, attn_implementation: str = "eager",
+          dtype: torch.dtype | None = None):
+    """A transformers model (eval mode, on the CPU) computing the same function as ``model``.
 
     GPT -> GPT2LMHeadModel. Decoder -> the class named by ``arch`` (one of ``DECODER_ARCHS``), chosen
     from the config when None (see module docstring). Raises ValueError for a config the target
-    class cannot express, naming the field(s).
+    class cannot express, naming the field(s). The weights keep ``model``'s dtype (``dtype`` overrides;
+    a model of mixed dtypes needs it); RoPE frequencies stay float32, as transformers keeps them.
+    Embeddings are tied when the tensors are (see ``_tied_from_tensors``), whatever the config says.
     """
     config = hf_config(model, arch)
-    config._attn_implementation = attn_implementation
+    dtype = _one_dtype(model, dtype, "model")
     if isinstance(model, GPT):
         arch, links = "gpt2", _gpt_links(model.config)
     else:
         arch = arch or _decoder_arch(model.config)
         c = model.config
         links = _deepseek_links(c, interleaved=True) if arch == "deepseek_v3" else _llama_links(c, arch)
-    hf_model = _hf_class(arch, 1)(config)
+    config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]):  # the init, overwritten below, draws nothing from the caller's RNG
+        hf_model = _hf_class(arch, 1)._from_config(config, dtype=dtype)
     was_training = model.training
     with torch.no_grad():
         _transfer(model.eval(), hf_model, links, forward=True)
@@ -144,10 +159,12 @@ _MISSING = {
 }
 
 
-def from_hf(hf_model, backend: str = "auto") -> GPT | Decoder:
+def from_hf(hf_model, backend: str = "auto", dtype: torch.dtype | None = None) -> GPT | Decoder:
     """The companion model (eval mode) equivalent to a transformers model of one of the classes in
     the module docstring's table. Raises ValueError for any other class, or for an HF config feature
-    the companion does not model ("companion has no equivalent for: ..."), naming the field(s)."""
+    the companion does not model ("companion has no equivalent for: ..."), naming the field(s). The
+    model keeps ``hf_model``'s dtype (``dtype`` overrides it; mixed dtypes need it), and ties its
+    embeddings when the two tensors are one (same storage or equal), whatever tie_word_embeddings says."""
     h = getattr(hf_model, "config", None)
     kind = getattr(h, "model_type", None)
     if kind is None:
@@ -162,15 +179,22 @@ def from_hf(hf_model, backend: str = "auto") -> GPT | Decoder:
             + (f": companion has no equivalent for {missing}" if missing else "")
             + ("" if arch is None else f" (only the causal-LM class {expected} converts)")
         )
+    dtype = _one_dtype(hf_model, dtype, "hf_model")
+    tied = _tied_from_tensors(bool(h.tie_word_embeddings), hf_model.get_input_embeddings().weight,
+                              hf_model.get_output_embeddings().weight, type(hf_model).__name__)
     if arch == "gpt2":
-        model = GPT(_gpt_from_hf_config(h, backend))
-        links = _gpt_links(model.config)
+        config = _gpt_from_hf_config(h, backend, tied)
     else:
-        model = Decoder(_decoder_from_hf_config(h, arch, backend))
-        if arch == "deepseek_v3":
-            links = _deepseek_links(model.config, interleaved=bool(getattr(h, "rope_interleave", True)))
-        else:
-            links = _llama_links(model.config, arch)
+        config = _decoder_from_hf_config(h, arch, backend, tied)
+    with torch.random.fork_rng(devices=[]):  # the init, overwritten below, draws nothing from the caller's RNG
+        model = GPT(config) if arch == "gpt2" else Decoder(config)
+    if arch == "gpt2":
+        links = _gpt_links(model.config)
+    elif arch == "deepseek_v3":
+        links = _deepseek_links(model.config, interleaved=bool(getattr(h, "rope_interleave", True)))
+    else:
+        links = _llama_links(model.config, arch)
     with torch.no_grad():
         _transfer(hf_model, model, links, forward=False)
+    model.to(dtype)  # built in float32, the copied values exact in it; RoPE frequencies stay float32
     return model.eval()

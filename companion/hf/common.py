@@ -3,6 +3,10 @@ transformers, and the one way a conversion refuses (``_require``)."""
 
 from __future__ import annotations
 
+import warnings
+
+import torch
+
 DECODER_ARCHS = (
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "deepseek_v3",
 )
@@ -49,6 +53,12 @@ _FAMILY = {
 
 _GEGLU_ACT = "gelu_pytorch_tanh"  # Gemma's gate: the tanh GELU
 
+# transformers' names (ACT2FN) for the functions the companion computes: SiLU (SwiGLU's gate) is also
+# "swish"; the tanh GELU (GeGLU's gate, GPT-2's MLP) is also "gelu_new" and "gelu_fast", the same
+# formula 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) written in other operations.
+_SILU_ACTS = ("silu", "swish")
+_TANH_GELU_ACTS = (_GEGLU_ACT, "gelu_new", "gelu_fast")
+
 
 def _transformers():
     try:
@@ -79,3 +89,32 @@ def _special_ids(vocab_size: int, bos: int | None, eos: int | None) -> dict:
         bos_token_id=bos if bos is not None and bos < vocab_size else None,
         eos_token_id=eos if eos is not None and eos < vocab_size else None,
     )
+
+
+def _tied_from_tensors(flag: bool, embedding: torch.Tensor, head: torch.Tensor, where: str) -> bool:
+    """Whether the input embedding and the output matrix are one matrix, decided from the tensors, not
+    from the config flag: the same storage, or equal values. A model whose config says tied but whose
+    output matrix was replaced after loading (fine-tuning code unties them so) converts untied, with a
+    warning: building it tied from the flag would keep one of the two matrices and drop the other."""
+    same = embedding.shape == head.shape and (
+        embedding.data_ptr() == head.data_ptr() or torch.equal(embedding, head.to(embedding.device)))
+    if flag and not same:
+        warnings.warn(f"{where}: the config ties the embeddings (tie_word_embeddings=True), but the output matrix "
+                      "differs from the input embedding; converting with untied embeddings, as the tensors are",
+                      stacklevel=3)
+    return same
+
+
+def _one_dtype(module, dtype: torch.dtype | None, what: str) -> torch.dtype:
+    """``dtype`` when given, else the one floating dtype of ``module``'s parameters (a conversion keeps the
+    source's precision), leaving out those a transformers class keeps in float32 whatever the model's
+    dtype (``_keep_in_fp32_modules``: DeepSeek-V3's router); other mixtures refuse to guess."""
+    if dtype is not None:
+        return dtype
+    kept = [*(getattr(module, "_keep_in_fp32_modules", None) or ()),
+            *(getattr(module, "_keep_in_fp32_modules_strict", None) or ())]
+    found = {p.dtype for n, p in module.named_parameters() if p.is_floating_point() and not any(k in n for k in kept)}
+    if len(found) != 1:
+        raise ValueError(f"{what} holds parameters of dtypes {sorted(map(str, found))}: pass dtype= to choose the "
+                         "converted model's")
+    return found.pop()

@@ -3,9 +3,11 @@ DeepSeek-V3): ``_decoder_to_hf_config`` and ``_decoder_from_hf_config``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from companion.hf.common import (
     _FAMILY, _GEGLU_ACT, _GEMMA, _LAYER_TYPED, _LAYER_TYPES, _MOE_ARCHS, _QWEN3, DECODER_ARCHS, _hf_class, _require,
-    _special_ids,
+    _SILU_ACTS, _TANH_GELU_ACTS, _special_ids, _tied_from_tensors,
 )
 from companion.hf.deepseek import _deepseek_from_hf_config, _deepseek_to_hf_config
 from companion.hf.gpt2 import _gpt_to_hf_config
@@ -235,12 +237,15 @@ def _hf_windows(h, arch: str, problems: list[str]) -> tuple[dict, list[bool]]:
     return dict(layer_pattern=tuple(window if s else None for s in sliding)), [not s for s in sliding]
 
 
-def _decoder_from_hf_config(h, arch: str, backend: str) -> DecoderConfig:
+def _decoder_from_hf_config(h, arch: str, backend: str, tied: bool | None = None) -> DecoderConfig:
+    """The companion config of ``h``; ``tied`` (from the tensors, see ``_tied_from_tensors``) overrides
+    the config's tie_word_embeddings."""
     p = []
     gemma = arch in _GEMMA
     act = getattr(h, "hidden_activation", None) if gemma else getattr(h, "hidden_act", "silu")
-    if arch != "gpt_oss" and act != (_GEGLU_ACT if gemma else "silu"):
-        field, rule = ("hidden_activation", "GeGLU uses " + _GEGLU_ACT) if gemma else ("hidden_act", "SwiGLU uses silu")
+    if arch != "gpt_oss" and act not in (_TANH_GELU_ACTS if gemma else _SILU_ACTS):
+        field, rule = (("hidden_activation", "GeGLU's gate is the tanh GELU: " + " / ".join(_TANH_GELU_ACTS)) if gemma
+                       else ("hidden_act", "SwiGLU's gate is SiLU: " + " / ".join(_SILU_ACTS)))
         p.append(f"{field}={act!r} ({rule})")
     if arch == "deepseek_v3":
         windows, layer_global = dict(), [True] * h.num_hidden_layers
@@ -251,7 +256,7 @@ def _decoder_from_hf_config(h, arch: str, backend: str) -> DecoderConfig:
         vocab_size=h.vocab_size, d_model=h.hidden_size, n_layers=h.num_hidden_layers, n_heads=h.num_attention_heads,
         max_seq_len=h.max_position_embeddings, norm="rms", norm_placement="sandwich" if gemma else "pre",
         norm_offset=gemma, norm_eps=h.rms_norm_eps, position="rope", ffn="geglu" if gemma else "swiglu",
-        tie_embeddings=bool(h.tie_word_embeddings), scale_embeddings=gemma, backend=backend, name=f"from-hf-{arch}",
+        tie_embeddings=bool(h.tie_word_embeddings) if tied is None else tied, scale_embeddings=gemma, backend=backend, name=f"from-hf-{arch}",
         **rope,
     )
     if arch == "deepseek_v3":
@@ -307,11 +312,14 @@ def _qwen3_moe_layers(h) -> dict:
 
 
 def hf_config(model: GPT | Decoder, arch: str | None = None):
-    """The transformers config equivalent to ``model``'s config (raises ValueError if there is none)."""
+    """The transformers config equivalent to ``model`` (raises ValueError if there is none): its config,
+    with tie_word_embeddings from the tensors (``_tied_from_tensors``)."""
     if isinstance(model, GPT):
         if arch not in (None, "gpt2"):
             raise ValueError(f"arch for a GPT must be 'gpt2' or None; got {arch!r}")
-        return _gpt_to_hf_config(model.config)
+        return _gpt_to_hf_config(model.config, _tied_from_tensors(True, model.wte.weight, model.lm_head.weight, "GPT"))
     if isinstance(model, Decoder):
-        return _decoder_to_hf_config(model.config, arch or _decoder_arch(model.config))
+        tied = _tied_from_tensors(model.config.tie_embeddings, model.embed.weight, model.lm_head.weight, "Decoder")
+        c = replace(model.config, tie_embeddings=tied)
+        return _decoder_to_hf_config(c, arch or _decoder_arch(c))
     raise ValueError(f"model must be a companion GPT or Decoder; got {type(model).__name__}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from companion.hf.common import _hf_class, _require
+from companion.hf.common import _TANH_GELU_ACTS, _hf_class, _require
 from companion.hf.weights import Link, _same, _transposed
 from companion.models.gpt import GPTConfig
 
 
 
-def _gpt_to_hf_config(c: GPTConfig):
+def _gpt_to_hf_config(c: GPTConfig, tied: bool = True):
+    """GPT2Config of ``c``; ``tied=False`` when the GPT's lm_head was replaced by a matrix of its own."""
     _require(
         [f"variant={c.variant!r}: GPT2LMHeadModel is the pre-LN GPT-2 (variant='gpt2'); "
          "GPT-1 is post-LN with exact GELU"]
@@ -20,13 +21,14 @@ def _gpt_to_hf_config(c: GPTConfig):
         n_inner=4 * c.n_embd, activation_function="gelu_new", resid_pdrop=c.dropout, embd_pdrop=c.dropout,
         attn_pdrop=c.dropout, layer_norm_epsilon=c.layer_norm_eps, scale_attn_weights=True,
         scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, add_cross_attention=False,
-        tie_word_embeddings=True, bos_token_id=last, eos_token_id=last,
+        tie_word_embeddings=tied, bos_token_id=last, eos_token_id=last,
     )
 
 
-def _gpt_from_hf_config(h, backend: str) -> GPTConfig:
+def _gpt_from_hf_config(h, backend: str, tied: bool | None = None) -> GPTConfig:
+    """``tied``: whether lm_head and wte are one matrix, from the tensors (default: the config's flag)."""
     problems = []
-    if h.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+    if h.activation_function not in _TANH_GELU_ACTS:
         problems.append(f"activation_function={h.activation_function!r} (GPT-2 uses the tanh GELU, 'gelu_new')")
     if h.n_inner not in (None, 4 * h.n_embd):
         problems.append(f"n_inner={h.n_inner} (the companion GPT's MLP is 4 * n_embd = {4 * h.n_embd} wide)")
@@ -35,8 +37,9 @@ def _gpt_from_hf_config(h, backend: str) -> GPTConfig:
                         "(scores / sqrt(d_h))")
     if getattr(h, "add_cross_attention", False):
         problems.append("add_cross_attention=True (the companion GPT is decoder-only)")
-    if not h.tie_word_embeddings:
-        problems.append("tie_word_embeddings=False (the companion GPT always ties lm_head to wte)")
+    if not (h.tie_word_embeddings if tied is None else tied):
+        problems.append(f"tie_word_embeddings={h.tie_word_embeddings} with an lm_head.weight that is not "
+                        "transformer.wte.weight (the companion GPT always ties lm_head to wte)")
     drops = {h.resid_pdrop, h.embd_pdrop, h.attn_pdrop}
     if len(drops) != 1:
         problems.append(f"resid_pdrop, embd_pdrop, attn_pdrop = {h.resid_pdrop}, {h.embd_pdrop}, {h.attn_pdrop} "

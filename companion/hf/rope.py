@@ -66,6 +66,13 @@ def _hf_rope_fields(rp: dict, problems: list[str]) -> tuple[float, dict]:
     """(base, our rope_* fields) from one transformers rope_parameters dict."""
     kind = rp.get("rope_type", "default")
     base = float(rp.get("rope_theta", 10000.0))
+    partial = rp.get("partial_rotary_factor")
+    if kind != "default" and partial not in (None, 1, 1.0):
+        # the families' own default RoPE ignores the field; the scaled ones (modeling_rope_utils) compute
+        # frequencies for int(head_dim * factor) channels only, which companion does not model
+        problems.append(f"partial_rotary_factor={partial} with rope_type={kind!r} (companion rotates every "
+                        "channel of the head; transformers' scaled RoPE would rotate a fraction)")
+        return base, {}
     if kind == "default":
         return base, {}
     mscales = dict(rope_mscale=float(rp.get("mscale") or 0.0),
@@ -98,13 +105,15 @@ def _hf_rope_fields(rp: dict, problems: list[str]) -> tuple[float, dict]:
 
 def _hf_rope(h, arch: str, layer_global: list[bool], problems: list[str]) -> dict:
     rp = dict(getattr(h, "rope_parameters", None) or {})
+    partial = {} if getattr(h, "partial_rotary_factor", None) is None else {"partial_rotary_factor": h.partial_rotary_factor}
     if arch != "gemma3_text":
+        rp = {**partial, **rp}  # the config's own field, where rope_parameters lacks it
         base, fields = _hf_rope_fields(rp, problems)
         return dict(rope_base=base, **fields)
     # transformers 5.24 _compute_yarn_parameters reads truncate from config.rope_parameters itself, which for
     # Gemma 3 is the dict of layer types: a nested truncate=False is never seen, the ramp is always truncated
-    local_base, local = _hf_rope_fields(dict(rp["sliding_attention"], truncate=True), problems)
-    glob_base, glob = _hf_rope_fields(dict(rp["full_attention"], truncate=True), problems)
+    local_base, local = _hf_rope_fields({**partial, **rp["sliding_attention"], "truncate": True}, problems)
+    glob_base, glob = _hf_rope_fields({**partial, **rp["full_attention"], "truncate": True}, problems)
     out = dict(rope_base=local_base, rope_base_global=glob_base if glob_base != local_base else None)
     has_local, has_global = not all(layer_global), any(layer_global)
     if local and has_local:
