@@ -141,3 +141,36 @@ def mask_not_shifted(logits, tokens, prompt_lengths, lengths):
 def test_answer_loss_rejects_typical_mistakes(wrong, message):
     with pytest.raises(ExerciseFailed, match=message):
         check("ch04.answer_loss", wrong, seed=0, quiet=True)
+
+
+def test_top_p_refuses_the_logits_unfiltered():
+    """Issue 40: the comparison skipped the entries where the reference is -inf, so returning the
+    logits unchanged passed every case."""
+    for seed in SEEDS:
+        with pytest.raises(ExerciseFailed, match=r"entries should be -inf \(as in the reference: a filtered or masked "
+                                                 r"entry\) but are not.*your result equals the logits unfiltered"):
+            check("ch04.top_p_filter", lambda logits, p: logits, seed=seed, quiet=True)
+    # nor a filter that keeps one token too many (-inf set on all but the nucleus and the next token)
+    def one_too_many(logits, p):
+        probs = torch.softmax(logits, -1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = torch.zeros_like(sorted_p, dtype=torch.bool).scatter(-1, order, sorted_p.cumsum(-1) - sorted_p >= p)
+        drop_sorted = drop.gather(-1, order)
+        first_dropped = drop_sorted.int().argmax(-1, keepdim=True)
+        drop_sorted = drop_sorted.scatter(-1, first_dropped, False)
+        return logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop_sorted), float("-inf"))
+
+    with pytest.raises(ExerciseFailed, match="entries should be -inf"):
+        check("ch04.top_p_filter", one_too_many, seed=0, quiet=True)
+
+
+def test_top_p_accepts_the_books_solution():
+    def top_p_filter(logits, p):  # book/ch04_gpt.ipynb's worked solution
+        probs = torch.softmax(logits, dim=-1)
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop_sorted = sorted_p.cumsum(-1) - sorted_p >= p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        return logits.masked_fill(drop, float("-inf"))
+
+    for seed in SEEDS:
+        assert len(check("ch04.top_p_filter", top_p_filter, seed=seed, quiet=True).cases) == 4

@@ -112,3 +112,13 @@ def test_mla_absorbed_names_scale_rope_mask_and_value_mistakes():
 
 def fails(name, fn, *needles):
     return _fails(name, fn, *needles, seed=0)  # this chapter's cases are pinned to seed 0
+
+
+def test_a_wrong_kind_of_answer_fails_the_check_instead_of_crashing():
+    """Issue 40: a (3, 3) tensor crashed kv_cache_bytes (.item()) and None crashed head_map."""
+    from companion.exercises import ExerciseFailed, check
+
+    with pytest.raises(ExerciseFailed, match=r"expected a number of bytes, got a tensor of shape \(3, 3\)"):
+        check("ch08.kv_cache_bytes", lambda *args: torch.ones(3, 3), seed=0, quiet=True)
+    with pytest.raises(ExerciseFailed, match="expected a tensor of head indices, got NoneType"):
+        check("ch08.head_map", lambda h, g: None, seed=0, quiet=True)

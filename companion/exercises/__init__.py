@@ -196,8 +196,9 @@ def compare(case: str, got, expected: Tensor, *, atol: float = 1e-5, rtol: float
     """Raise ``ExerciseFailed`` unless ``got`` is a tensor close to ``expected``.
 
     The diagnosis, in the order a learner should fix things: not a tensor; wrong shape; NaN or inf
-    where the reference is finite; non-zero values where ``zero_where`` is True (e.g. weight on a
-    masked key); otherwise the largest difference and its index.
+    where the reference is finite; anything but the same infinity where the reference is +-inf;
+    non-zero values where ``zero_where`` is True (e.g. weight on a masked key); otherwise the largest
+    difference and its index.
     """
     if not isinstance(got, Tensor):
         raise ExerciseFailed(f"{case}: expected a tensor, got {type(got).__name__}")
@@ -209,6 +210,15 @@ def compare(case: str, got, expected: Tensor, *, atol: float = 1e-5, rtol: float
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ExerciseFailed(f"{case}: {int(bad.sum())} NaN/inf values where the reference is finite, first at "
                              f"index {idx} (reference {exp_f[idx].item():.4g})")
+    # Where the reference is an infinity (a filtered logit, a masked score: -inf) the answer must be
+    # that same infinity. The tolerance below cannot judge these entries, and skipping them accepted
+    # an answer that filtered nothing at all.
+    off = torch.isinf(exp_f) & (got_f != exp_f)
+    if off.any():
+        idx = tuple(int(i) for i in off.nonzero()[0])
+        raise ExerciseFailed(f"{case}: {int(off.sum())} entries should be {exp_f[idx].item()} (as in the reference: "
+                             f"a filtered or masked entry) but are not, first at index {idx} (got "
+                             f"{got_f[idx].item():.4g})")
     if zero_where is not None:
         leak = zero_where & (got_f.abs() > atol)
         if leak.any():

@@ -98,6 +98,7 @@ def check_top_p_filter(fn, gen, report) -> None:
         strict = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, sorted_p.cumsum(-1) > p)
         unsorted = probs.cumsum(-1) - probs >= p
         diagnose(case, got, expected, {
+            "the logits unfiltered: every token outside the nucleus must become -inf": logits,
             "dropping the token that crosses p (keep only while the cumulative sum <= p): the nucleus "
             "must reach p, and is never empty": logits.masked_fill(strict, float("-inf")),
             "a cumulative sum in vocabulary order: sort the probabilities first": logits.masked_fill(

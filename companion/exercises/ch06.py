@@ -17,6 +17,8 @@ case and, where it recognises a typical mistake, which one.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -112,7 +114,8 @@ def _check_decoder_parameters(fn, gen: torch.Generator, report) -> None:
         expected = _counted(V, d, L, h, g, f, tied)
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
+        # math.isfinite first: int(NaN) and int(inf) raise, and the answer must fail, not crash
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got != int(got):
             raise ExerciseFailed(f"{case}: expected a whole number of parameters, got {got!r}")
         got = int(got)
         if got == expected:

@@ -56,7 +56,10 @@ def _check_head_map(fn, gen: torch.Generator, report) -> None:
         case = f"h={h}, g={g}"
         got = call(case, fn, h, g)
         if not isinstance(got, Tensor):
-            got = torch.as_tensor(got)
+            try:
+                got = torch.as_tensor(got)
+            except (TypeError, ValueError, RuntimeError):  # None, a string: a wrong answer, not a crash
+                raise ExerciseFailed(f"{case}: expected a tensor of head indices, got {type(got).__name__}") from None
         expected = head_map(h, g)
         if got.dtype.is_floating_point:
             raise ExerciseFailed(f"{case}: return integer head indices (got dtype {got.dtype})")
@@ -86,6 +89,8 @@ def _check_kv_cache_bytes(fn, gen: torch.Generator, report) -> None:
         got = call(case, fn, B, L, T, h, g, d_h, b)
         expected = kv_cache_bytes(L, g, d_h, tokens=T, batch=B, bytes_per_value=b)
         if isinstance(got, Tensor):
+            if got.numel() != 1:  # .item() of a (3, 3) tensor raises: fail the answer instead
+                raise ExerciseFailed(f"{case}: expected a number of bytes, got a tensor of shape {tuple(got.shape)}")
             got = got.item()
         if not isinstance(got, (int, float)) or got != expected:
             hints = {
