@@ -147,3 +147,30 @@ def test_string_prompts_through_a_tokenizer():
     assert out.text == Bytes().decode(out.tokens)
     with pytest.raises(ValueError, match="no tokenizer"):
         Engine(model).generate(["hello"])
+
+
+def test_a_sampling_params_reused_and_changed_does_not_change_queued_requests():
+    """Issue 40: one SamplingParams, changed between add_request calls, changed the requests already
+    queued (asked for 3 tokens, got 10; set to -5 after validation, ran 1)."""
+    torch.manual_seed(0)
+    model = from_preset("llama-like").eval()
+    engine = Engine(model, page_size=4)
+    params = SamplingParams(max_new_tokens=3)
+    first = engine.add_request([1, 2, 3], params)
+    params.max_new_tokens = 10
+    second = engine.add_request([4, 5], params)
+    params.max_new_tokens = -5  # invalid, set after both were checked
+    while engine.scheduler.has_work():
+        engine.step()
+    assert len(engine.output(first).tokens) == 3 and len(engine.output(second).tokens) == 10
+
+
+def test_a_late_arrival_skips_the_idle_steps():
+    """Issue 40 (item 12): arrivals=[10**9] spun through a billion empty steps."""
+    import time
+
+    torch.manual_seed(0)
+    engine = Engine(from_preset("llama-like").eval(), page_size=4)
+    start = time.perf_counter()
+    (out,) = engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2), arrivals=[10**9])
+    assert len(out.tokens) == 2 and time.perf_counter() - start < 30

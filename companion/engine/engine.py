@@ -19,6 +19,7 @@ argument, before anything is queued.
 
 from __future__ import annotations
 
+import copy
 import numbers
 import time
 from dataclasses import dataclass
@@ -120,8 +121,13 @@ class Engine:
 
     # requests ---------------------------------------------------------------------------------------
     def add_request(self, prompt, params: SamplingParams | None = None) -> int:
-        """Queue one request; returns its id. Raises ValueError for an unservable request."""
+        """Queue one request (with its own copy of ``params``); returns its id. Raises ValueError for an
+        unservable request."""
         params = params or SamplingParams()
+        if isinstance(params, SamplingParams):
+            # The request keeps its own copy: a caller that reuses one SamplingParams and changes it
+            # for the next request (max_new_tokens, even to an invalid value) changes only that one.
+            params = copy.copy(params)
         prompt = self._check_request(prompt, params)
         seq = Sequence(len(self.sequences), prompt, params, time.perf_counter())
         seq.generator = params.generator()
@@ -236,6 +242,8 @@ class Engine:
         ids: dict[int, int] = {}
         step, k = 0, 0
         while k < len(order) or self.scheduler.has_work():
+            if not self.scheduler.has_work():  # nothing runs until the next arrival: skip the idle steps
+                step = max(step, arrivals[order[k]])
             while k < len(order) and arrivals[order[k]] <= step:
                 ids[order[k]] = self.add_request(prompts[order[k]], sampling_params[order[k]])
                 k += 1
