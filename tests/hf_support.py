@@ -1,9 +1,13 @@
 """Helpers shared by the companion.hf tests (tests/test_hf*.py): random weights far from the init,
 token batches, and the logit comparison."""
 
+import copy
 from contextlib import contextmanager
 
+import pytest
 import torch
+
+from tolerances import float32_paths_atol
 
 
 @contextmanager
@@ -13,6 +17,15 @@ def seeded(seed):
     tests ran before it, nor change what later tests draw."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def order_free():
+    """Imported by every tests/test_hf*.py module (an autouse fixture there): each test starts from the
+    same global random state (seed 0) and leaves the caller's as it found it, so whatever a constructor
+    draws from it is the same whichever tests ran before (tests/test_hf.py checks this)."""
+    with seeded(0):
         yield
 
 
@@ -40,11 +53,20 @@ def tokens(vocab, T, seed, B=2):
     return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-def assert_same_logits(model, hf_model, idx, atol=1e-5):
+def float64_twin(model):
+    """The same model in float64 (weights exact in it): its output is the exact result to float32's eyes."""
+    return copy.deepcopy(model).double()
+
+
+def assert_same_logits(model, hf_model, idx):
+    """Equal logits within ``float32_paths_atol`` (tests/tolerances.py): 4 times our own float32 error,
+    measured against the same forward in float64, plus 8 ulps of the logit scale."""
     with torch.no_grad():
         ours, theirs = model(idx), hf_model(idx).logits
+        exact = float64_twin(model)(idx)
     assert ours.abs().max() > 0.5  # a test with logits ~0 would pass for wrong weights
-    torch.testing.assert_close(ours, theirs, atol=atol, rtol=1e-5)  # float32, logits of size ~1
+    atol = float32_paths_atol(ours, exact)  # tolerances: two float32 computations of one function
+    torch.testing.assert_close(ours, theirs, atol=atol, rtol=0)
 
 
 def hf_model_of(config, seed, std=0.2):

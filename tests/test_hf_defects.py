@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 from companion.hf import from_hf, hf_config, to_hf  # noqa: E402
 from companion.models import from_preset  # noqa: E402
 from companion.positions import rope_inverse_frequencies  # noqa: E402
-from hf_support import assert_same_logits, hf_model_of, randomise, tokens  # noqa: E402
+from hf_support import assert_same_logits, hf_model_of, order_free, randomise, tokens  # noqa: E402, F401
 
 
 def _both_ways(model, T=24, seed=1):

@@ -15,7 +15,7 @@ from companion.engine import Engine  # noqa: E402
 from companion.hf import from_hf, hf_config, to_hf  # noqa: E402
 from companion.inference.generate import SamplingParams, generate  # noqa: E402
 from companion.models import from_preset, gpt_from_preset  # noqa: E402
-from hf_support import assert_same_logits, hf_model_of, randomise, seeded, tokens  # noqa: E402
+from hf_support import assert_same_logits, hf_model_of, order_free, randomise, seeded, tokens  # noqa: E402, F401
 
 # ----------------------------------------------------------------------------------- 1. tied embeddings
 

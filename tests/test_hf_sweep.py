@@ -61,7 +61,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from companion.hf import from_hf, to_hf  # noqa: E402
 from companion.models import Decoder, DecoderConfig  # noqa: E402
-from hf_support import randomise  # noqa: E402
+from hf_support import order_free, randomise, seeded  # noqa: E402, F401
 
 SWEEP_DEFAULT = 20
 EXAMPLES = int(os.environ.get("COMPANION_HF_SWEEP", SWEEP_DEFAULT))
@@ -141,8 +141,8 @@ def _build(cls_name, kwargs):
         conf_name = "Gemma3TextConfig" if cls_name == "Gemma3ForCausalLM" else re.sub("(ForCausalLM|LMHeadModel)$", "Config", cls_name)
         conf = getattr(transformers, conf_name)(**kwargs)
         conf._attn_implementation = "eager"
-        torch.manual_seed(0)
-        model = getattr(transformers, cls_name)(conf)
+        with seeded(0):
+            model = getattr(transformers, cls_name)(conf)
     except Exception:  # noqa: BLE001 - transformers' own validation (of several exception types)
         _log(cls_name, "rejected")
         reject()
