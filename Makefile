@@ -12,6 +12,11 @@ JOBS   ?= 2
 # from; `alternate` (no SIMD, MKL's compatible branch) rounds differently, and only the asserts count there.
 ON     := $(BIN)/python tools/kernel_path.py
 NBVAL  := --nbval-current-env -p no:cacheprovider book
+# The numerically sensitive unit tests, run on the alternate kernel path too (issue 36): comparisons between two
+# computations whose tolerance must hold on any CPU's rounding (tests/tolerances.py).
+NUMERIC_TESTS := tests/test_hf.py tests/test_hf_defects.py tests/test_hf_patterns.py tests/test_hf_interop.py \
+	tests/test_families.py tests/test_attention.py tests/test_flash.py tests/test_blocks_basic.py tests/test_losses.py \
+	tests/test_moe.py tests/test_moe_mla.py tests/test_optim.py
 
 .PHONY: book test unit notebooks notebooks-alternate site-check install clean triton-versions
 
@@ -63,6 +68,7 @@ notebooks-alternate: $(STAMP)
 # and determinism"); then the strict book build.
 test: $(STAMP) _vendor/.complete
 	$(ON) pinned -- $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
+	$(ON) alternate -- $(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(NUMERIC_TESTS)
 	$(MAKE) --no-print-directory notebooks
 	$(MAKE) --no-print-directory notebooks-alternate
 	$(MAKE) --no-print-directory book

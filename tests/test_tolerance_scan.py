@@ -1,0 +1,133 @@
+"""Every literal atol / rtol below 1e-4 in tests/ and in the chapters' code cells cites its derivation
+(issue 36): a fixed tiny tolerance between two computations holds on one CPU's rounding and fails on
+another's (1.53e-5 against 1e-5 on an Intel Xeon). A literal passes when its line calls a function of
+tests/tolerances.py, or carries a comment that names its derivation: the word "tolerances" (the module,
+or the derivation written out), "derived", "bound", "ulp" or "float64". Zero (an exact claim) passes.
+
+Chapters are not edited here (their authors own them): the cells that hold such literals now are listed in
+``NOTEBOOK_ALLOWED`` with why, so the scan passes while they are re-derived; an entry that no longer
+matches fails, so the list only shrinks. Test files not yet derived are listed in ``TESTS_ALLOWED`` with a
+count, under the same rule."""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import tolerances
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = 1e-4
+LITERAL = re.compile(r"\b(atol|rtol)\s*=\s*(\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?)")
+CITES = re.compile(r"#.*\b(tolerances|derived|derivation|bound|ulps?|float64)\b", re.IGNORECASE)
+NAMES = [n for n in dir(tolerances) if not n.startswith("_") and callable(getattr(tolerances, n))
+         and getattr(getattr(tolerances, n), "__module__", "") == "tolerances"]
+
+# (notebook, code cell index) -> why it is allowed for now. The chapter authors re-derive these (issue 36).
+_CH = "float32 comparison of two computations with a fixed tolerance: to derive (tests/tolerances.py)"
+NOTEBOOK_ALLOWED = {
+    ("ch02_positions.ipynb", 12): "least-squares fit against the matrix it recovers: " + _CH,
+    ("ch02_positions.ipynb", 49): "RoPE by pairs at equal positions: " + _CH,
+    ("ch03_transformer.ipynb", 12): "two linear maps against their collapsed product: " + _CH,
+    ("ch03_transformer.ipynb", 20): "a row in a padded batch against the row alone: " + _CH,
+    ("ch03_transformer.ipynb", 63): "softmax rows summing to 1 (a 1-term bound, gamma_T): " + _CH,
+    ("ch04_gpt.ipynb", 14): "parallel against sequential attention: " + _CH,
+    ("ch05_learning.ipynb", 14): "Adam's first step, -lr sign(g), within 1e-8 + 1e-4 relative: " + _CH,
+    ("ch07_rope.ipynb", 9): "split against interleaved RoPE layouts: " + _CH,
+    ("ch07_rope.ipynb", 21): "rtol=1e-6 on frequencies computed two ways: " + _CH,
+    ("ch09_local_sinks_moe.ipynb", 47): "MoE layer against its formula: " + _CH,
+    ("ch10_kv_cache.ipynb", 4): "first rows alone against within 13 rows: " + _CH,
+    ("ch10_kv_cache.ipynb", 12): "chunked prefill against one pass: " + _CH,
+    ("ch10_kv_cache.ipynb", 15): "cached decode against the full forward: " + _CH,
+    ("ch11_flash.ipynb", 30): "fused against unfused attention: " + _CH,
+    ("ch12_paged_serving.ipynb", 9): "paged attention against dense: " + _CH,
+    ("ch13_capstone.ipynb", 23): "the capstone model against transformers': " + _CH,
+}
+
+# tests/ files whose literals are not derived yet: file -> (how many, why). Their owners derive them (issue 36);
+# a count above what is found fails too, so that the list only shrinks.
+_NOT_YET = "not derived yet (issue 36): files outside the hf / positions / families work of that issue"
+TESTS_ALLOWED: dict[str, tuple[int, str]] = {
+    "test_attention.py": (2, "float64 against a float64 oracle (rtol=atol=1e-10): " + _NOT_YET),
+    "test_attention_maps.py": (1, _NOT_YET),
+    "test_backends.py": (1, "float64 oracle: " + _NOT_YET),
+    "test_blocks_basic.py": (1, "RoPE by pairs against the fused rotation: " + _NOT_YET),
+    "test_engine_compile.py": (1, _NOT_YET),
+    "test_engine_kernels.py": (2, _NOT_YET),
+    "test_families.py": (8, "module against its formula written out (no float64 twin yet): " + _NOT_YET),
+    "test_flash.py": (5, _NOT_YET),
+    "test_generate.py": (4, _NOT_YET),
+    "test_losses.py": (2, _NOT_YET),
+    "test_mha.py": (9, _NOT_YET),
+    "test_models.py": (10, _NOT_YET),
+    "test_moe_mla.py": (6, _NOT_YET),
+    "test_optim.py": (3, _NOT_YET),
+    "test_paged.py": (6, _NOT_YET),
+    "test_properties.py": (5, _NOT_YET),
+    "test_streaming.py": (4, _NOT_YET),
+    "test_train.py": (2, _NOT_YET),
+    "test_triton_paged.py": (3, _NOT_YET),
+}
+
+
+def _offending(line: str) -> list[str]:
+    """The literal tolerances below LIMIT (and above 0) on ``line`` that it does not cite a derivation for."""
+    found = [m.group(0) for m in LITERAL.finditer(line) if 0 < float(m.group(2).replace("_", "")) < LIMIT]
+    if not found or CITES.search(line) or any(re.search(rf"\b{n}\(", line) for n in NAMES):
+        return []
+    return found
+
+
+def _test_files():
+    here = Path(__file__).name
+    return sorted(p for p in (ROOT / "tests").rglob("*.py") if p.name not in (here, "tolerances.py"))
+
+
+def _notebook_cells():
+    for nb in sorted((ROOT / "book").glob("*.ipynb")):
+        cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        for i, cell in enumerate(cells):
+            yield nb.name, i, "".join(cell["source"])
+
+
+def test_the_scan_sees_what_it_should():
+    assert NAMES and {"reduction_atol", "float32_paths_atol"} <= set(NAMES)
+    assert _offending("torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)") == ["atol=1e-5", "rtol=1e-5"]
+    assert _offending("assert torch.allclose(a, b, atol=1e-6)") == ["atol=1e-6"]
+    assert _offending("close(a, b, atol=2e-3, rtol=0)") == []  # not tiny, and exact
+    assert _offending("close(a, b, atol=1e-6)  # tolerances: 2 gamma_16 |x|, derived in the docstring") == []
+    assert _offending("close(a, b, atol=reduction_atol(16, 3.0), rtol=0)") == []
+    assert _offending("close(a, b, atol=1e-6)  # float32, logits of size ~1") == ["atol=1e-6"]  # no derivation
+    ast.parse("\n".join(c for _, _, c in _notebook_cells() if not c.lstrip().startswith(("%", "!"))) or "pass")
+
+
+def test_literal_tolerances_in_tests_cite_their_derivation():
+    found: dict[str, list[str]] = {}
+    for path in _test_files():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if _offending(line):
+                found.setdefault(path.name, []).append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    bad = [x for name, hits in found.items() if len(hits) > TESTS_ALLOWED.get(name, (0,))[0] for x in hits]
+    assert not bad, "literal tolerances below 1e-4 without a derivation (tests/tolerances.py):\n" + "\n".join(bad)
+    stale = {name: (n, len(found.get(name, ()))) for name, (n, _) in TESTS_ALLOWED.items() if len(found.get(name, ())) < n}
+    assert not stale, f"TESTS_ALLOWED counts above what is found (lower them): {stale}"
+
+
+def test_literal_tolerances_in_chapters_cite_their_derivation_or_are_listed():
+    bad, seen = [], set()
+    for name, i, source in _notebook_cells():
+        found = [x for line in source.splitlines() for x in _offending(line)]
+        if found:
+            seen.add((name, i))
+            if (name, i) not in NOTEBOOK_ALLOWED:
+                bad.append(f"{name} code cell {i}: {found}")
+    assert not bad, "chapter cells with literal tolerances below 1e-4 and no derivation:\n" + "\n".join(bad)
+    stale = sorted(set(NOTEBOOK_ALLOWED) - seen)
+    assert not stale, f"NOTEBOOK_ALLOWED entries that no longer match (remove them): {stale}"
+
+
+@pytest.mark.parametrize("value,tiny", [("1e-5", True), ("0.00001", True), ("1e-4", False), ("0", False), ("5e-3", False)])
+def test_values_below_the_limit(value, tiny):
+    assert bool(_offending(f"f(atol={value})")) == tiny
