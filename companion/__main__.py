@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from companion.training.cli import COMMANDS, CONTEXT_RULE, HelpFormatter
+from companion.training.cli import COMMANDS, CONTEXT_RULE, HelpFormatter, check_threads
 
 # torch and the models are imported inside the commands: `python -m companion --help` loads none of them.
 
@@ -52,11 +52,13 @@ def cmd_generate(args) -> int:
         raise ValueError(f"--kv-bits quantises the pages of --cache paged; got --cache {args.cache}")
     model, tokenizer = _load_model(args)
     check_decoder(model, f"generate --checkpoint {args.checkpoint}" if args.checkpoint else "generate")
-    if args.ids:
+    if args.ids is not None:  # --ids '' is an empty prompt, refused below, not the default --prompt
         try:
             prompt = [int(t) for t in args.ids.split()]
         except ValueError:
             raise ValueError(f"--ids must be token ids separated by spaces; got {args.ids!r}") from None
+        if not prompt:
+            raise ValueError("--ids must hold at least one token id; got none")
     elif tokenizer is not None:
         prompt = tokenizer.encode(args.prompt)
     else:
@@ -131,9 +133,7 @@ def cmd_bench_serve(args) -> int:
     from companion.engine.bench import serve_benchmark
     from companion.models import from_preset
 
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1; got {args.threads}")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(check_threads(args.threads))
     torch.manual_seed(0)
     model = from_preset(args.preset, d_model=args.d_model, n_layers=args.n_layers, max_seq_len=512).eval()
     r = serve_benchmark(model, n_requests=args.requests, new_tokens=args.new_tokens, page_size=args.page_size)

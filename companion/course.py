@@ -287,7 +287,10 @@ def course_toc(chapters: list[Path], front: list[str]) -> str:
 
 def course_config(book_config: str, title: str, edition: str) -> str:
     """The book's _config.yml with the course's title and without the book-only local extension paths."""
-    text = re.sub(r'^title:.*$', f"title: {json.dumps(title)}", book_config, count=1, flags=re.M)
+    # a function, not a replacement string: re would read the title's backslashes (C:\new, or the \u
+    # escapes json.dumps writes for "Atención") as escapes
+    line = f"title: {json.dumps(title)}"
+    text = re.sub(r'^title:.*$', lambda _: line, book_config, count=1, flags=re.M)
     header = f"# A course cut by python -m companion course ({edition} edition). Build: jupyter-book build .\n"
     return header + text
 

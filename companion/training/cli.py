@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 
 __all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", "slide", "crop_prompt", "cmd_train",
-           "cmd_sample", "HelpFormatter", "COMMANDS", "CONTEXT_RULE"]
+           "cmd_sample", "HelpFormatter", "COMMANDS", "CONTEXT_RULE", "check_threads"]
 
 # torch is imported inside the functions that need it: `python -m companion --help` imports none of it.
 COMMANDS = {  # the one-line help of each command, shown by `python -m companion --help`
@@ -70,6 +71,17 @@ def _presets() -> list[str]:
     from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
 
     return [*PRESETS, *GPT_PRESETS, *(SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS)]
+
+
+def check_threads(threads: int) -> int:
+    """``--threads``: at least 1 and at most 4 per CPU core; torch crashes (a segfault) when asked for
+    100,000 threads, and more threads than cores only slow a run down."""
+    most = 4 * (os.cpu_count() or 1)
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1; got {threads}")
+    if threads > most:
+        raise ValueError(f"--threads must be at most {most} (4 per CPU core of this machine); got {threads}")
+    return threads
 
 
 def _overrides(items: list[str]) -> dict:
@@ -141,9 +153,13 @@ def build_run(args):
     from companion.training.trainer import TrainConfig
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1; got {args.threads}")
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(check_threads(args.threads))
+    if args.profile is None:  # --profile, else $COMPANION_PROFILE (the notebooks' switch), else quick
+        from companion.notebook.profile import ENV_VAR
+
+        args.profile = os.environ.get(ENV_VAR, "quick").strip().lower() or "quick"
+        if args.profile not in ("quick", "cpu", "gpu"):
+            raise ValueError(f"${ENV_VAR} must be quick, cpu or gpu (it gives train's --profile); got {args.profile!r}")
     profile = PROFILES["quick" if args.profile in ("quick", "cpu") else "gpu"]
     for key, value in profile.items():
         if getattr(args, key, None) is None:
@@ -425,8 +441,9 @@ def add_subcommands(sub) -> None:
     t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())}")
     t.add_argument("--data", required=True, help=f"corpus: one of {', '.join(DATASETS)}, or a path to a UTF-8 .txt file "
                    "(character-level; the last 10%% is the validation split)")
-    t.add_argument("--profile", default="quick", choices=("quick", "cpu", "gpu"),
-                   help="defaults for a short CPU run (quick, alias cpu) or a long run on one CUDA GPU (gpu)")
+    t.add_argument("--profile", default=None, choices=("quick", "cpu", "gpu"),
+                   help="settings for a short CPU run (quick, alias cpu) or a long run on one CUDA GPU (gpu); "
+                        "default: $COMPANION_PROFILE, else quick")
     t.add_argument("--out", default=None, help="run directory for checkpoints (step-*/ and a 'latest' pointer); none if "
                    "omitted. A folder that holds another run is refused (continue it with --resume, or see --force)")
     t.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds another run; "
