@@ -7,6 +7,10 @@ In a dry run a chapter takes the gpu branch of everything it decides with ``P.pi
 (bf16 autocast, torch.compile, the attention backend, the larger schedule's code) at the quick sizes
 (or the ``dry=`` size it names), and ``P.steps`` caps every training run at ``DRY_RUN_STEPS`` steps,
 so a chapter costs seconds. A chapter added to book/ is picked up here without a change.
+
+The dry run also checks device placement (``COMPANION_DEVICE_CHECK=1``,
+``companion.notebook.device_check``): ``P.device`` is a pretend device of its own, and an operation
+that would mix it with a tensor left on the CPU fails, naming the operation, as it would on a GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 from notebook_runner import execute_notebook
 
 from companion.notebook.profile import (
+    DEVICE_CHECK_VAR,
     DRY_RUN_STEPS,
     DRY_RUN_VAR,
     ENV_VAR,
@@ -44,12 +49,18 @@ def restore_threads():
 
 @pytest.fixture
 def clean_env(monkeypatch, restore_threads):
-    for var in (ENV_VAR, DRY_RUN_VAR, THREADS_VAR):
+    for var in (ENV_VAR, DRY_RUN_VAR, THREADS_VAR, DEVICE_CHECK_VAR):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
 
 # ----------------------------------------------------------------------------- every chapter
+
+
+def _is_claim(out) -> bool:
+    """A failed ``assert`` about an outcome; not one that compared tensors on two devices
+    (``assert_close``: "The values for attribute 'device' do not match"), a placement defect."""
+    return out.get("ename") == "AssertionError" and "attribute 'device' do not match" not in out.get("evalue", "")
 
 
 def dry_run_crashes(nb) -> list[str]:
@@ -59,7 +70,7 @@ def dry_run_crashes(nb) -> list[str]:
     found = []
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            if out.get("output_type") == "error" and out.get("ename") != "AssertionError":
+            if out.get("output_type") == "error" and not _is_claim(out):
                 found.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}\n{cell.source[:300]}")
     return found
 
@@ -71,6 +82,16 @@ def test_the_dry_run_tolerates_a_failed_claim_and_reports_a_crash():
     crash.outputs = [nbformat.v4.new_output("error", ename="AttributeError", evalue="no fit", traceback=[])]
     nb.cells = [claim, crash]
     assert dry_run_crashes(nb) == ["cell 1: AttributeError: no fit\nmodel.fit()"]
+
+
+def test_an_assert_close_across_devices_is_a_crash_not_a_claim():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("assert_close(logits, expected)")
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", traceback=[],
+                                           evalue="The values for attribute 'device' do not match: cpu:0 != cpu.")]
+    nb.cells = [cell]
+    assert dry_run_crashes(nb) == ["cell 0: AssertionError: The values for attribute 'device' do not match: "
+                                   "cpu:0 != cpu.\nassert_close(logits, expected)"]
 
 
 def _stamp(cell, key: str):
@@ -120,7 +141,8 @@ def test_slowest_cells_and_longest_wait_read_the_recorded_timings():
 def test_chapter_runs_its_gpu_branch_on_the_cpu(nb_path, tmp_path, record_property):
     pytest.importorskip("nbclient")
     env = {k: v for k, v in os.environ.items() if k != THREADS_VAR}  # the dry run pins one thread itself
-    env.update({ENV_VAR: "gpu", DRY_RUN_VAR: "1", "OMP_NUM_THREADS": "1", "COMPANION_PROGRESS": "0"})
+    env.update({ENV_VAR: "gpu", DRY_RUN_VAR: "1", DEVICE_CHECK_VAR: "1", "OMP_NUM_THREADS": "1",
+                "COMPANION_PROGRESS": "0"})
     executed = tmp_path / nb_path.name
     status, err = execute_notebook(nb_path, executed, env, cell_timeout=CELL_TIMEOUT_S, allow_errors=True)
     if status != 0:

@@ -19,6 +19,9 @@ Dry run. ``COMPANION_PROFILE=gpu COMPANION_DRY_RUN=1`` executes the gpu profile'
 autocast, torch.compile, attention-backend choice, the longer schedule's code) on the CPU with the
 quick sizes (or the ``dry=`` size a chapter gives) and at most ``DRY_RUN_STEPS`` steps per training
 run, so CI can run every chapter's gpu branch in seconds. Its outputs mean nothing; only errors do.
+With ``COMPANION_DEVICE_CHECK=1`` as well, the dry run also finds device-placement defects (a tensor
+left on the CPU beside a model on ``P.device``): ``P.device`` is then ``cpu:0``, a device of its own,
+and ``companion.notebook.device_check`` fails any operation that would mix devices on a GPU.
 
 The "quick" profile is what CI runs and what the committed notebook outputs come from: it uses
 the CPU even when a GPU exists, so its numbers are the same on every machine. The "gpu" profile
@@ -38,11 +41,12 @@ import numpy as np
 import torch
 
 __all__ = ["Profile", "profile", "pick_device", "seed_everything", "PROFILES", "ENV_VAR", "DRY_RUN_VAR",
-           "THREADS_VAR", "DRY_RUN_STEPS"]
+           "THREADS_VAR", "DEVICE_CHECK_VAR", "DRY_RUN_STEPS"]
 
 ENV_VAR = "COMPANION_PROFILE"
 DRY_RUN_VAR = "COMPANION_DRY_RUN"
 THREADS_VAR = "COMPANION_THREADS"
+DEVICE_CHECK_VAR = "COMPANION_DEVICE_CHECK"
 DRY_RUN_STEPS = 3
 PROFILES = ("quick", "gpu")
 T_ = TypeVar("T_")
@@ -136,10 +140,18 @@ def profile(name: str | None = None, *, seed: int = 0) -> Profile:
     dry_run = _flag(DRY_RUN_VAR)
     if dry_run and name != "gpu":
         raise ValueError(f"${DRY_RUN_VAR}=1 needs ${ENV_VAR}=gpu (it dry-runs the gpu profile); got {name!r}")
+    device_check = _flag(DEVICE_CHECK_VAR)
+    if device_check and not dry_run:
+        raise ValueError(f"${DEVICE_CHECK_VAR}=1 needs ${DRY_RUN_VAR}=1 (it checks the dry run's device placement)")
     threads = _threads(name, dry_run)
     if threads is not None:
         torch.set_num_threads(threads)
-    if name == "quick" or dry_run:
+    if device_check:
+        from companion.notebook import device_check as check
+
+        check.activate()
+        device = check.DEVICE
+    elif name == "quick" or dry_run:
         device = torch.device("cpu")
     else:
         device = pick_device()
