@@ -7,7 +7,7 @@
 One run does everything, in this order, and stops at the first failure (exit status 1):
 1. correctness, on the device, in float32 and in ``--dtype``:
    a. the Engine's greedy outputs for a batch of requests == each request run alone (``generate()``,
-      contiguous cache). A divergence counts as a near-tie, not a failure, when at the first differing
+      contiguous cache), and in float32 == transformers' generate() on the same weights. A divergence counts as a near-tie, not a failure, when at the first differing
       token the no-cache forward's top-two logits are within ``TIE_TOL[dtype]`` (batched and single
       matmuls may round differently); anything else fails;
    b. logits of the paged attention kernels over the same random trace (prefill chunks, decode steps,
@@ -17,7 +17,8 @@ One run does everything, in this order, and stops at the first failure (exit sta
 2. timing: the Engine (eager, and ``compile=True`` unless --no-compile) against transformers'
    generate() on the same weights (``companion.hf.to_hf``, sdpa, greedy, left padding, one static
    batch), equal and mixed output lengths, as ``benchmarks/serving.py hf`` does on a CPU; medians of
-   interleaved rounds after a warm-up round;
+   interleaved rounds after a warm-up round (whose time, for compile=True, is the compile time). In
+   bf16/fp16 both stacks' logits are checked against a float32 copy instead of token identity;
 3. decode bandwidth utilisation: bytes one decode step must read
    (``companion.accounting.decode_step_bytes``: weights once + the K/V of every sequence) over the
    measured step time (``serving.decode_step_times``: Engine.step() with every sequence decoding,
@@ -88,7 +89,40 @@ def check_engine_vs_alone(model, n_requests: int, new: int, seed: int = 0) -> di
                          f"top-2 logit gap {gap:.3g} > {TIE_TOL[dtype]}")
         ties += 1
         max_gap = max(max_gap, gap)
-    return {"identical": same, "near_ties": ties, "max_tie_gap": max_gap, "n": n_requests}
+    return {"identical": same, "near_ties": ties, "max_tie_gap": max_gap, "n": n_requests,
+            "requests": list(zip(prompts, lens, [o.tokens for o in outs]))}
+
+
+def check_engine_vs_transformers(model, requests) -> str:
+    """Float32 only: the Engine's greedy tokens (``requests``: (prompt, n, tokens) from
+    ``check_engine_vs_alone``) against transformers' generate() on the same weights, each request alone.
+    A divergence is a failure unless it is a near-tie of the companion's own logits (``TIE_TOL``).
+    Returns "k/n" identical. In bf16 or fp16 two correct stacks part at near-ties, so there the
+    timing run judges logits against float32 instead (``serving.low_precision_logits``)."""
+    import torch
+
+    from companion.hf import to_hf
+
+    device = next(model.parameters()).device
+    hf = to_hf(model, attn_implementation="sdpa").to(device).eval()
+    hf.generation_config.eos_token_id = None  # stop at the length only, as the engine's requests do
+    same = 0
+    for p, k, tokens in requests:
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([p], device=device), max_new_tokens=k, do_sample=False,
+                              pad_token_id=0, use_cache=True)
+        theirs = out[0, len(p):].tolist()
+        if theirs == tokens:
+            same += 1
+            continue
+        j = next(i for i, (a, b) in enumerate(zip(theirs, tokens)) if a != b)
+        with torch.no_grad():
+            top2 = model(torch.tensor([p + tokens[:j]], device=device))[0, -1].float().topk(2).values
+        gap = (top2[0] - top2[1]).item()
+        if gap > TIE_TOL["float32"]:
+            raise Failed(f"engine vs transformers (float32): tokens differ at {j} ({tokens[j]} vs {theirs[j]}), "
+                         f"top-2 logit gap {gap:.3g} > {TIE_TOL['float32']}")
+    return f"{same}/{len(requests)}"
 
 
 def check_kernels(model, kernels, steps: int = 12, seed: int = 0) -> dict:
@@ -285,20 +319,22 @@ def main(argv=None) -> int:
         if dev.type != "cuda":
             kernels.append("reference")
         print("\n### Correctness\n")
-        print("| dtype | engine greedy == each request alone | near-ties (largest top-2 gap) | "
+        print("| dtype | engine greedy == each request alone | engine greedy == transformers | near-ties (largest top-2 gap) | "
               + " | ".join(f"{k} vs gather (max rel. logit err)" for k in kernels) + " | gather vs float32 copy |")
-        print("|---|---:|---:|" + "---:|" * (len(kernels) + 1))
+        print("|---|---:|---:|---:|" + "---:|" * (len(kernels) + 1))
         for dtype in (torch.float32, low):
             torch.manual_seed(0)
             small = dict() if args.tiny else dict(d_model=256, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=512)
             model = from_preset("llama-like", **small).to(device=dev, dtype=dtype).eval()
             try:
                 eng = check_engine_vs_alone(model, n_requests=6 if args.tiny else 24, new=6 if args.tiny else 24)
+                vs_hf = (check_engine_vs_transformers(model, eng["requests"]) if dtype == torch.float32
+                         else "by logits (timing run)")
                 ker = check_kernels(model, kernels, steps=6 if args.tiny else 16)
             except Failed as e:
                 print(f"\nFAILED: {e}")
                 return 1
-            print(f"| {str(dtype).removeprefix('torch.')} | {eng['identical']}/{eng['n']} | {eng['near_ties']} ({eng['max_tie_gap']:.2g}) | "
+            print(f"| {str(dtype).removeprefix('torch.')} | {eng['identical']}/{eng['n']} | {vs_hf} | {eng['near_ties']} ({eng['max_tie_gap']:.2g}) | "
                   + " | ".join(f"{ker[k]:.1e}" for k in kernels) + f" | {ker.get('gather_vs_fp32', 0):.1e} |")
         print(f"\n(tolerances: near-tie top-2 gap {TIE_TOL}; kernels {KERNEL_TOL}; {time.perf_counter() - start:.0f} s so far)")
 

@@ -18,7 +18,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 sys.path.insert(0, str(ROOT / "tools"))
 import gpu_report  # noqa: E402
 
-PIECES = ["1-cuda-tests", "2-flash", "3-serving", "4-train"]
+PIECES = ["1-cuda-tests", "2-flash", "3-serving", "4-serving-compiled", "5-train", "6-chapters"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible: the script would run its real pieces for minutes")
@@ -36,11 +36,17 @@ def test_cpu_dry_run_says_no_cuda_runs_the_smoke_modes_and_writes_every_result(t
     for name in PIECES:
         assert json.loads((tmp_path / f"{name}.json").read_text()) == by_name[name]
     assert by_name["1-cuda-tests"]["collected"] > 0                       # the CUDA tests exist and collect
-    assert by_name["2-flash"]["exit_status"] == by_name["4-train"]["exit_status"] == 2
+    assert by_name["2-flash"]["exit_status"] == by_name["5-train"]["exit_status"] == 2
+    assert by_name["4-serving-compiled"]["exit_status"] == 2                 # CUDA only, says so
     serving = by_name["3-serving"]
     assert serving["exit_status"] == 0 and len(serving["tables"]) == 4    # correctness, timing, work, bandwidth
     float32 = next(row for row in serving["tables"][0]["rows"] if row["dtype"] == "float32")
     assert float32["engine greedy == each request alone"] == "6/6"
+    assert float32["engine greedy == transformers"] == "6/6"              # float32: token identity
+    assert "logits against a float32 reference" in (tmp_path / "3-serving.out").read_text()  # bf16: logits
+    chapters = by_name["6-chapters"]                                        # the gpu profile's dry run
+    assert chapters["exit_status"] == 0
+    assert [(r["chapter"], r["status"]) for r in chapters["tables"][0]["rows"]] == [("ch01_attention.ipynb", "passed")]
     table = (tmp_path / "summary.md").read_text()
     assert "| 3-serving | ok |" in table and "### 3-serving: Correctness" in table
 
@@ -100,7 +106,7 @@ def test_every_flag_the_gpu_run_passes_exists():
     text = SCRIPT.read_text().replace("\\\n", " ")
     calls = re.findall(r"benchmarks/(\w+\.py)([^\n]*)", text)
     scripts = {name for name, _ in calls}
-    assert scripts == {"flash_gpu.py", "serving_gpu.py", "train_gpu.py"}
+    assert scripts == {"flash_gpu.py", "serving_gpu.py", "train_gpu.py", "chapters_gpu.py"}
     for name in scripts:
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--help"], capture_output=True, text=True,
                            timeout=120, cwd=ROOT)
