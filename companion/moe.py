@@ -9,7 +9,8 @@ y = sum_{e in TopK(x)} g_e(x) E_e(x) + sum_s S_s(x)     (Shazeer et al. 2017; Mi
   are split into n_groups equal groups, each group is scored by the sum of its two best selection
   scores, and a token picks its top k only among the experts of its topk_groups best groups),
   ``norm_topk_prob`` (renormalise the k gates to sum 1, or keep the raw scores: Qwen2-MoE,
-  DeepSeek-V2) and ``routed_scaling_factor`` (the gates are multiplied by it, 2.5 in DeepSeek-V3,
+  DeepSeek-V2, and the Switch Transformer's top 1, y = p_e E_e(x); with k = 1 renormalising makes
+  every gate p_e / p_e = 1, so the loss gives the router no gradient: use norm_topk_prob=False) and ``routed_scaling_factor`` (the gates are multiplied by it, 2.5 in DeepSeek-V3,
   so that the routed experts' sum is not dwarfed by the shared expert's).
 - gpt-oss: ``router_bias`` (a learned bias on the router logits, part of the score, unlike the
   balancing bias) and ``expert="clamped_swiglu"`` (``companion.feedforward.ClampedSwiGLU``). Its
