@@ -58,7 +58,7 @@ def test_moving_to_the_device_copies_and_leaves_the_source_on_the_cpu(check):
     back = moved.cpu()
     assert not on_device(back) and on_device(moved)
     assert not on_device(moved.to("cpu")) and on_device(moved.to(torch.float32))
-    assert on_device(moved.to(DEVICE))
+    assert on_device(moved.to(DEVICE)) and on_device(moved.to(torch.float16, copy=True))
 
 
 def test_copies_shapes_and_cpu_computations_pass(check):

@@ -180,7 +180,8 @@ class DeviceCheck(TorchFunctionMode):
         elif any(_is_device(x) for x in (*rest, kwargs.get("device"))):
             target = True
         else:
-            device = torch._C._nn._parse_to(*rest, **kwargs)[0]
+            parse = {k: v for k, v in kwargs.items() if k != "copy"}  # _parse_to takes no copy=
+            device = torch._C._nn._parse_to(*rest, **parse)[0]
             target = on_device(source) if device is None else False
         result = func(source, *map(_real, rest), **_real_kwargs(kwargs))
         if target != on_device(source):
