@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from tolerances import attention_atol
 
 from companion.attention import padding_mask
 from companion.kernels.attend import BACKENDS, attend, build_mask, expand_kv
@@ -55,7 +56,9 @@ def test_backends_agree_with_oracle(backend, heads, case):
     if mask is not None:
         mask = mask.expand(B, h, T, S) if mask.dim() == 4 else mask.expand(B, h, T, S)
     ref = _dense_reference(q, k, v, mask)
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    # float32 against the float64 oracle: one side's rounding (sides=1); an online softmax rescales at most
+    # once per key, so rescales=S covers every backend's blocking
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=attention_atol(q, k, v, rescales=S, sides=1))
 
 
 @pytest.mark.parametrize("backend", CONCRETE)

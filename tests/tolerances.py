@@ -14,6 +14,9 @@ moved to float64).
 
 from __future__ import annotations
 
+import copy
+import math
+
 import torch
 
 U = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
@@ -54,3 +57,59 @@ def float32_paths_atol(ours32: torch.Tensor, ours64: torch.Tensor, *, others: fl
     err = (ours32.double() - ours64.double()).abs().max().item()
     scale = ours64.abs().max().item()
     return (1 + others) * err + ulps * EPS32 * max(scale, 1.0)
+
+
+def matmul_atol(a: torch.Tensor, b: torch.Tensor, *, sides: int = 2, dtype: torch.dtype = torch.float32) -> float:
+    """Largest difference between two computations of ``a @ b`` (another blocking, another SIMD width):
+    each is within gamma_k (|A| |B|) of the exact product, entry by entry, k the inner dimension (Higham,
+    eq. (3.13)); so two differ by at most 2 gamma_k max(|A| |B|). ``sides=1`` when the other side is exact
+    (a float64 oracle)."""
+    mag = (a.detach().abs().double() @ b.detach().abs().double()).max().item()
+    return sides / 2 * reduction_atol(a.shape[-1], mag, dtype=dtype)
+
+
+def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, rescales: int = 0,
+                   sides: int = 2, dtype: torch.dtype = torch.float32) -> float:
+    """Largest difference between two computations of softmax(scale q k^T + mask) v (any order, any
+    blocking, any mask: masked keys only shorten the sums), from the arithmetic of one of them:
+
+    - a score is a d-term dot product, then a scaling and a max subtraction: its error is at most
+      Delta = gamma_{d+2} * 2 * scale * max|q| |k| (Cauchy-Schwarz bounds sum_l |q_l k_l| by |q| |k|);
+    - scores off by at most Delta move each weight by a factor within e^(+-2 Delta) (the normaliser
+      moves too), so the weights move by (e^(2 Delta) - 1) in sum and the output by that times max|v|;
+    - exp (<= 4 ulps here: SLEEF's u10 and glibc are within 1), the S-term normaliser and the
+      division add gamma_{S+5} relative to each weight; an online (flash) softmax adds, for each of
+      ``rescales`` block rescalings, one more exp and product per weight: gamma_{5 rescales};
+    - the output is an S-term sum of weights times values, sum_j p_j |v_j| <= max|v|: gamma_S.
+
+    One computation is within e = max|v| ((e^(2 Delta) - 1) + gamma_{S+5+5 rescales} + gamma_S) of the
+    exact result; two differ by at most ``sides`` * e (``sides=1`` against a float64 oracle). q is
+    (..., T, d), k and v (..., S, d) with any number of heads (GQA: the bound uses maxima only)."""
+    d, S = q.shape[-1], k.shape[-2]
+    scale = d ** -0.5 if scale is None else scale
+    qn = q.detach().double().norm(dim=-1).max().item()
+    kn = k.detach().double().norm(dim=-1).max().item()
+    delta = gamma(d + 2, dtype) * 2 * scale * qn * kn
+    vmax = v.detach().double().abs().max().item()
+    e = vmax * (math.expm1(2 * delta) + gamma(S + 5 + 5 * rescales, dtype) + gamma(S, dtype))
+    return sides * e
+
+
+def float64_twin_atol(fn, *args, **kwargs) -> float:
+    """``float32_paths_atol`` for ``fn(*args, **kwargs)`` against another float32 computation of the same
+    function: runs ``fn`` once on the float32 arguments and once on float64 copies of them (modules
+    deep-copied and converted with ``.double()``, floating tensors with ``.double()``, anything else as
+    it is) and bounds the difference by 4 times the float32 error measured, plus 8 ulps of the output's
+    scale (the derivation is in ``float32_paths_atol``)."""
+
+    def up(a):
+        if isinstance(a, torch.nn.Module):
+            return copy.deepcopy(a).double()
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return a.detach().double()
+        return a
+
+    with torch.no_grad():
+        ours32 = fn(*args, **kwargs)
+        ours64 = fn(*(up(a) for a in args), **{n: up(a) for n, a in kwargs.items()})
+    return float32_paths_atol(ours32, ours64)
