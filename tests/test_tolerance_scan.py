@@ -54,7 +54,6 @@ TESTS_ALLOWED: dict[str, tuple[int, str]] = {
     "test_blocks_basic.py": (1, "RoPE by pairs against the fused rotation: " + _NOT_YET),
     "test_engine_compile.py": (1, _NOT_YET),
     "test_engine_kernels.py": (2, _NOT_YET),
-    "test_families.py": (8, "module against its formula written out (no float64 twin yet): " + _NOT_YET),
     "test_flash.py": (5, _NOT_YET),
     "test_generate.py": (4, _NOT_YET),
     "test_losses.py": (2, _NOT_YET),
