@@ -7,8 +7,11 @@ Commands
   the tokenizer saved with it); without it the preset's random weights are used and text prompts are
   encoded as UTF-8 bytes (ids 0..255, the toy models' vocabulary). ``--ids`` takes token ids.
 - ``bench-serve``: engine (continuous batching) versus one-request-at-a-time throughput.
-- ``train`` / ``sample``: train a model on a corpus with checkpoints; sample from (or translate with) one
-  (``companion.training.cli``; ``python -m companion train --help``).
+- ``train`` / ``sample`` / ``translate``: train a model on a corpus with checkpoints; continue a prompt with
+  a decoder checkpoint (streamed), or translate with an encoder-decoder one (``companion.training.cli``;
+  ``python -m companion train --help``).
+Output piped into a program that stops reading (``| head``) ends the command quietly; Ctrl-C ends it with
+one line (train: the step reached and how to resume), exit status 130.
 - ``course``: cut a course from the book's chapters (``companion.course``; ``python -m companion course --help``).
 """
 
@@ -16,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from companion.training.cli import COMMANDS, CONTEXT_RULE, HelpFormatter, check_threads
+from companion.training.cli import COMMANDS, CONTEXT_RULE, SEQ2SEQ_PREFIX, HelpFormatter, check_threads
+
+DEFAULT_PRESET, DEFAULT_PROMPT = "llama-like", "Hello"  # generate's, when neither --checkpoint nor --ids is given
 
 # torch and the models are imported inside the commands: `python -m companion --help` loads none of them.
 
@@ -32,12 +38,17 @@ def _load_model(args):
     if args.checkpoint:
         from companion.training.checkpoint import load_model, load_tokenizer
 
+        if args.preset is not None:  # the checkpoint's config.json gives the model: a preset would be ignored
+            raise ValueError(f"--preset {args.preset} and --checkpoint {args.checkpoint}: pass one of them (the "
+                             "checkpoint's config.json gives its model; --preset builds random weights)")
         return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
-    if args.preset in SEQ2SEQ_PRESETS:  # refused before its weights are built
+    args.preset = args.preset or DEFAULT_PRESET
+    name = args.preset[len(SEQ2SEQ_PREFIX):] if args.preset.startswith(SEQ2SEQ_PREFIX) else args.preset
+    if name in SEQ2SEQ_PRESETS:  # refused before its weights are built
         raise ValueError(f"--preset {args.preset} is an encoder-decoder (translation) preset; generate continues a "
                          "prompt with a decoder-only model (a decoder preset such as llama-like, or gpt2-tiny). To "
-                         f"translate: python -m companion train --preset seq2seq-{args.preset} --data bible-en-fr "
-                         "--out RUN_DIR, then python -m companion sample --checkpoint RUN_DIR --prompt TEXT")
+                         f"translate: python -m companion train --preset {SEQ2SEQ_PREFIX}{name} --data bible-en-fr "
+                         "--out RUN_DIR, then python -m companion translate --checkpoint RUN_DIR --prompt TEXT")
     torch.manual_seed(args.seed if args.seed is not None else 0)
     return from_preset(args.preset).eval(), None  # any family: the name says which
 
@@ -52,6 +63,10 @@ def cmd_generate(args) -> int:
         raise ValueError(f"--kv-bits quantises the pages of --cache paged; got --cache {args.cache}")
     model, tokenizer = _load_model(args)
     check_decoder(model, f"generate --checkpoint {args.checkpoint}" if args.checkpoint else "generate")
+    if args.ids is not None and args.prompt is not None:  # one would be ignored
+        raise ValueError("--prompt and --ids: pass one of them (--prompt is text, --ids token ids)")
+    if args.prompt is None:
+        args.prompt = DEFAULT_PROMPT
     if args.ids is not None:  # --ids '' is an empty prompt, refused below, not the default --prompt
         try:
             prompt = [int(t) for t in args.ids.split()]
@@ -127,16 +142,82 @@ def printable_byte(b: int) -> str:
     return chr(b) if 32 <= b < 127 or b == 10 else f"\\x{b:02x}"
 
 
+BENCH_CONTEXT = 512  # bench-serve's model context (its prompts are 16 to 64 tokens)
+BENCH_PROMPTS = (16, 64)
+
+
+def bench_model_sizes(preset: str, d_model: int, n_layers: int, context: int) -> dict:
+    """bench-serve's --d-model / --n-layers and its context in the field names of ``preset``'s family
+    (a GPT calls them n_embd, n_layer and block_size; a Decoder d_model, n_layers and max_seq_len)."""
+    from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
+
+    if preset in GPT_PRESETS:
+        return {"n_embd": d_model, "n_layer": n_layers, "block_size": context}
+    if preset in PRESETS:
+        return {"d_model": d_model, "n_layers": n_layers, "max_seq_len": context}
+    name = preset[len(SEQ2SEQ_PREFIX):] if preset.startswith(SEQ2SEQ_PREFIX) else preset
+    if name in SEQ2SEQ_PRESETS:
+        raise ValueError(f"--preset {preset} is an encoder-decoder (translation) preset; bench-serve serves "
+                         "decoder-only models (llama-like, ..., gpt2-tiny)")
+    raise ValueError(f"--preset must be one of {[*PRESETS, *GPT_PRESETS]}; got {preset!r}")
+
+
+def serve_memory(model, n_requests: int, context: int) -> int:
+    """Rough bytes bench-serve needs (float32): the weights, and the engine's page pool, which holds
+    ``context`` tokens of keys and values per request and layer (at most d_model wide each)."""
+    from companion.training.memory import _shape
+
+    layers, d, _, _ = _shape(model)
+    weights = 4 * sum(p.numel() for p in model.parameters())
+    return weights + 4 * 2 * layers * d * n_requests * context
+
+
 def cmd_bench_serve(args) -> int:
     import torch
 
     from companion.engine.bench import serve_benchmark
     from companion.models import from_preset
+    from companion.training.memory import available_bytes, human
 
     torch.set_num_threads(check_threads(args.threads))
+    if args.d_model is None:  # 128, or 16 per head where the preset's head count does not divide 128 (gpt2: 192)
+        from companion.models import preset_config
+
+        name = args.preset[len(SEQ2SEQ_PREFIX):] if args.preset.startswith(SEQ2SEQ_PREFIX) else args.preset
+        try:
+            config = preset_config(name)
+        except ValueError:
+            config = None  # an unknown preset: refused by bench_model_sizes below
+        heads = getattr(config, "n_head", None) or getattr(config, "n_heads", None) or 1
+        args.d_model = 128 if 128 % heads == 0 else 16 * heads
+    for name in ("d_model", "n_layers", "requests", "new_tokens", "page_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    sizes = bench_model_sizes(args.preset, args.d_model, args.n_layers, BENCH_CONTEXT)
+    try:
+        with torch.device("meta"):  # shapes only: the memory estimate comes before any allocation
+            shape = from_preset(args.preset, **sizes)
+    except RuntimeError as e:  # "Storage size calculation overflowed": too large to describe at all
+        raise ValueError(f"--d-model {args.d_model} --n-layers {args.n_layers}: the model is too large to build "
+                         f"({e}); lower --d-model or --n-layers") from None
+    except ValueError as e:  # e.g. a width its heads do not divide
+        raise ValueError(f"--preset {args.preset} --d-model {args.d_model} --n-layers {args.n_layers}: {e}") from None
+    need, available = serve_memory(shape, args.requests, BENCH_CONTEXT), available_bytes("cpu")
+    del shape
+    if available is not None and need > available:
+        raise ValueError(f"--d-model {args.d_model} --n-layers {args.n_layers} --requests {args.requests}: serving "
+                         f"needs about {human(need)} of memory (float32 weights and the engine's KV pages, "
+                         f"{BENCH_CONTEXT} tokens per request), more than the {human(available)} available here; "
+                         "lower --d-model, --n-layers or --requests")
+    lo, hi = BENCH_PROMPTS
+    if hi + args.new_tokens > BENCH_CONTEXT:
+        print(f"note: the model's context is {BENCH_CONTEXT} tokens and the prompts have {lo} to {hi}: a request "
+              f"stops at the context before its --new-tokens {args.new_tokens} (generated_tokens counts the tokens "
+              "generated, stopped_at_context the requests cut short)", file=sys.stderr)
     torch.manual_seed(0)
-    model = from_preset(args.preset, d_model=args.d_model, n_layers=args.n_layers, max_seq_len=512).eval()
-    r = serve_benchmark(model, n_requests=args.requests, new_tokens=args.new_tokens, page_size=args.page_size)
+    model = from_preset(args.preset, **sizes).eval()
+    r = serve_benchmark(model, n_requests=args.requests, new_tokens=args.new_tokens, page_size=args.page_size,
+                        prompt_range=BENCH_PROMPTS)
     print(json.dumps(r, indent=2))
     return 0
 
@@ -150,7 +231,7 @@ examples:
   python -m companion bench-serve --requests 16 --new-tokens 32
       continuous batching versus one request at a time, as JSON
   python -m companion train --help
-      train a model on a corpus, with checkpoints (then: sample)
+      train a model on a corpus, with checkpoints (then: sample, or translate for seq2seq-* presets)
   python -m companion course --chapters 1-3 --student --out course/
       a student edition of chapters 1 to 3 (solutions replaced by stubs), as its own site
 
@@ -177,11 +258,13 @@ def main(argv: list[str] | None = None) -> int:
                                    "generated ids are printed), and a line on stderr counts the tokens generated and "
                                    "says why they stopped. " + CONTEXT_RULE + " Decoder-only models: an "
                                    "encoder-decoder (seq2seq) checkpoint translates with 'sample'.")
-    g.add_argument("--preset", default="llama-like", help="decoder preset (llama-like, ...) or gpt2-tiny; not the "
-                   "encoder-decoder presets base and tiny")
+    g.add_argument("--preset", default=None, help=f"decoder preset (default {DEFAULT_PRESET}; mistral-like, ..., "
+                   "gpt2-tiny) with random weights; not the encoder-decoder presets seq2seq-base and seq2seq-tiny, "
+                   "nor with --checkpoint")
     g.add_argument("--checkpoint", default=None, help="a companion.training.checkpoint run or step directory")
-    g.add_argument("--prompt", default="Hello", help="text prompt (UTF-8 bytes as token ids without a checkpoint)")
-    g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of text")
+    g.add_argument("--prompt", default=None, help=f"text prompt (default {DEFAULT_PROMPT!r}; UTF-8 bytes as token "
+                   "ids without a checkpoint)")
+    g.add_argument("--ids", default=None, help="prompt as space-separated token ids instead of --prompt's text")
     g.add_argument("--max-new-tokens", type=int, default=32, help="how many tokens to generate (fewer only after a "
                    "--stop token), past the model's context by a sliding window")
     g.add_argument("--temperature", type=float, default=0.0, help="softmax temperature; 0 is greedy decoding")
@@ -203,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "time, and print both throughputs as JSON. Timings depend on the machine and "
                                    "its load; compare the two numbers of one run, not numbers across runs.")
     b.add_argument("--preset", default="llama-like", help="decoder preset to build (random weights)")
-    b.add_argument("--d-model", type=int, default=128, help="model width")
+    b.add_argument("--d-model", type=int, default=None, help="model width (default 128, or 16 per head when the "
+                   "preset's head count does not divide 128: gpt2 192)")
     b.add_argument("--n-layers", type=int, default=4, help="number of decoder blocks")
     b.add_argument("--requests", type=int, default=16, help="number of requests served")
     b.add_argument("--new-tokens", type=int, default=32, help="tokens generated per request")
@@ -214,10 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     b.set_defaults(func=cmd_bench_serve)
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["train"], ["sample"]):
+    if argv[:1] in (["train"], ["sample"], ["translate"]):
         from companion.training.cli import add_subcommands
 
-        add_subcommands(sub)  # train, sample, with every option
+        add_subcommands(sub)  # train, sample, translate, with every option
     else:  # listed by --help; their options (which name the model presets) are built only when asked for
         for name, text in COMMANDS.items():
             sub.add_parser(name, help=text)
@@ -236,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, CorpusNotInstalled) as e:
         parser.exit(2, f"error: {e}\n")
+    except BrokenPipeError:  # stdout closed by the reader (| head -c 50): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail on the closed pipe again
+        return 128 + 13  # what a shell reports for a program ended by SIGPIPE
+    except KeyboardInterrupt:  # Ctrl-C outside train's own handling: one line, no traceback
+        print(f"{args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

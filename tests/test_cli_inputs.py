@@ -138,7 +138,7 @@ def test_a_translation_cut_by_the_model_max_len_says_so(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(model.out, "forward", never_ends)
     monkeypatch.setattr(checkpoint, "load_model", lambda *args, **kwargs: model)
-    assert main(["sample", "--checkpoint", str(run), "--prompt", "3 4 5", "--beam-size", "1",
+    assert main(["translate", "--checkpoint", str(run), "--prompt", "3 4 5", "--beam-size", "1",
                  "--max-new-tokens", "50"]) == 0
     out, err = capsys.readouterr()
     assert len(out.split()) == 6

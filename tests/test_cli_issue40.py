@@ -19,6 +19,7 @@ def fails(argv, message, capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err, err
     assert message in err, err
+    return err
 
 
 def train(tmp_path, *extra):

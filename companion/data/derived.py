@@ -59,6 +59,8 @@ def default_data_dir() -> Path:
     """The directory that holds ``derived/`` (see the module docstring for the order of choices)."""
     env = os.environ.get("COMPANION_DATA")
     if env:
+        if Path(env).exists() and not Path(env).is_dir():
+            raise ValueError(f"$COMPANION_DATA must name a folder (it holds derived/); got {env!r}, which is a file")
         return Path(env)
     checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "data").is_dir():
@@ -113,6 +115,18 @@ def verify(name: str, data_dir: Path | str | None = None) -> bool:
 def _build(name: str, directory: Path, verbose: bool) -> Path:
     file_name, package = _check_name(name)
     path = directory / "derived" / file_name
+    try:
+        return _write(name, path, package, verbose)
+    except OSError as e:  # a file in the way, a read-only folder, a full disk: one line naming the folder
+        env = os.environ.get("COMPANION_DATA")
+        named = env and Path(env).resolve() == Path(directory).resolve()
+        where = f"$COMPANION_DATA ({env})" if named else f"the data folder {directory}"
+        raise ValueError(f"cannot write the derived corpus {path}: {e.strerror or e}; {where} must be a folder "
+                         "you can write to (set $COMPANION_DATA to one, or unset it to use the default)") from None
+
+
+def _write(name: str, path: Path, package: str, verbose: bool) -> Path:
+    file_name = path.name
     start = time.perf_counter()
     rows = _rows(name)
     data = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows).encode("utf-8")

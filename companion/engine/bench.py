@@ -48,4 +48,5 @@ def serve_benchmark(
         "sequential_tok_s": total / t_seq, "engine_tok_s": total / t_eng, "speedup": t_seq / t_eng,
         "median_ttft_s": ttft[len(ttft) // 2], "identical": [o.tokens for o in outs] == sequential,
         "engine_steps": engine.steps, "threads": torch.get_num_threads(),
+        "stopped_at_context": sum(o.finish_reason == "context" for o in outs),  # before new_tokens: context full
     }

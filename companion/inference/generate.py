@@ -17,7 +17,7 @@ With a cache, sequences of different lengths are batched without padding: their 
 end to end in one (1, N) row with per-token absolute positions (``companion.inference.batch.packed_forward``).
 
 What this module provides
-- ``SamplingParams`` (validated), ``filter_logits``, ``sample``.
+- ``SamplingParams`` (validated), ``filter_logits``, ``sample`` (``NonFiniteLogits``, a ValueError, for NaN or +inf logits).
 - ``context_length(model)``, ``check_prompts``, ``check_decoder`` (an encoder-decoder is refused).
 - ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens
   (defined in ``companion.inference.batch``).
@@ -40,7 +40,7 @@ from companion.inference.kvquant import BITS as KV_BITS
 from companion.inference.paged import PagedKVCache
 
 __all__ = [
-    "SamplingParams", "filter_logits", "sample", "sample_rows", "context_length", "check_prompts", "packed_forward",
+    "SamplingParams", "filter_logits", "sample", "NonFiniteLogits", "check_finite_logits", "sample_rows", "context_length", "check_prompts", "packed_forward",
     "stream", "generate", "GenerationResult", "CACHE_MODES", "MIN_TEMPERATURE", "check_decoder", "is_int", "finish_reason",
 ]
 
@@ -139,8 +139,22 @@ def filter_logits(logits: Tensor, temperature: float, top_k: int | None = None, 
     return z
 
 
+class NonFiniteLogits(ValueError):
+    """The model gave NaN (or +inf) logits: no token can be drawn from them."""
+
+
+def check_finite_logits(logits: Tensor) -> None:
+    """NonFiniteLogits when ``logits`` hold a NaN or +inf (-inf is a masked token, allowed): a model with
+    NaN weights otherwise fails inside torch.multinomial, or greedy decoding silently picks the NaN."""
+    if bool((torch.isnan(logits) | (logits == float("inf"))).any()):
+        raise NonFiniteLogits(
+            "the model's logits are not finite (NaN or +inf), so no token can be sampled: its weights hold "
+            "non-finite values (a run whose loss diverged, a damaged checkpoint) or its input overflowed")
+
+
 def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> int:
-    """One token id from logits (V,)."""
+    """One token id from logits (V,); NonFiniteLogits (a ValueError) when they hold NaN or +inf."""
+    check_finite_logits(logits)
     if params.temperature == 0:
         return int(torch.argmax(logits))
     probs = torch.softmax(filter_logits(logits, params.temperature, params.top_k, params.top_p), dim=-1)
@@ -151,6 +165,7 @@ def sample_rows(logits: Tensor, params: Sequence[SamplingParams], generators: Se
     """One token per row of logits (B, V), row b drawn with params[b] and generators[b]: the greedy
     rows take one argmax over all of them (one kernel, one copy to Python, instead of one per row);
     the others go through ``sample`` one by one (each may carry its own filters and generator)."""
+    check_finite_logits(logits)
     greedy = [b for b, p in enumerate(params) if p.temperature == 0]
     out = [0] * len(params)
     if greedy:

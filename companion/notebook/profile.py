@@ -123,6 +123,9 @@ def _threads(name: str, dry_run: bool) -> int | None:
     if raw:
         if not raw.isdigit() or int(raw) < 1:
             raise ValueError(f"${THREADS_VAR} must be a positive integer; got {raw!r}")
+        most = 4 * (os.cpu_count() or 1)  # the command line's --threads rule: 100000 threads segfault torch
+        if int(raw) > most:
+            raise ValueError(f"${THREADS_VAR} must be at most {most} (4 per CPU core of this machine); got {raw}")
         return int(raw)
     return 1 if name == "quick" or dry_run else None
 

@@ -1,7 +1,8 @@
-"""The ``train`` and ``sample`` commands of ``python -m companion`` (registered by ``companion.__main__``).
+"""The ``train``, ``sample`` and ``translate`` commands of ``python -m companion`` (registered by
+``companion.__main__``).
 
 What this module provides
-- ``add_subcommands(subparsers)``: adds ``train`` and ``sample`` to an argparse subparser set.
+- ``add_subcommands(subparsers)``: adds ``train``, ``sample`` and ``translate`` to an argparse subparser set.
 - ``DATASETS``: the names ``--data`` accepts (or a path to a UTF-8 ``.txt`` file).
 - ``PROFILES``: the defaults of ``--profile quick`` (CPU, minutes) and ``--profile gpu``.
 - ``build_run(args) -> (model, data, tokenizer, TrainConfig)``: what ``train`` runs, for notebooks too.
@@ -10,6 +11,8 @@ What this module provides
 
     python -m companion train --preset gpt2-tiny --data shakespeare --profile quick --out runs/shakespeare
     python -m companion sample --checkpoint runs/shakespeare --prompt "ROMEO:"
+    python -m companion train --preset seq2seq-tiny --data bible-en-fr --out runs/fr
+    python -m companion translate --checkpoint runs/fr --prompt "In the beginning"
     torchrun --nproc_per_node 2 -m companion train ...      # DDP: gloo on CPU, nccl on GPUs
     torchrun --nproc_per_node 2 -m companion train --parallel fsdp ...   # FSDP2: sharded weights
 """
@@ -30,7 +33,8 @@ __all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", 
 # torch is imported inside the functions that need it: `python -m companion --help` imports none of it.
 COMMANDS = {  # the one-line help of each command, shown by `python -m companion --help`
     "train": "train a model of the book on a corpus, with checkpoints",
-    "sample": "sample text from (or translate with) a trained checkpoint",
+    "sample": "continue a prompt with a trained (decoder) checkpoint, streaming the text",
+    "translate": "translate a sentence with a trained encoder-decoder (seq2seq) checkpoint",
 }
 CONTEXT_RULE = ("A prompt longer than the model's context is cropped to its last context-length tokens (a note on "
                 "stderr says so); generation then goes on past the context by sliding the window (each new token "
@@ -71,6 +75,28 @@ def _presets() -> list[str]:
     from companion.models import GPT_PRESETS, PRESETS, SEQ2SEQ_PRESETS
 
     return [*PRESETS, *GPT_PRESETS, *(SEQ2SEQ_PREFIX + p for p in SEQ2SEQ_PRESETS)]
+
+
+def preset_name(preset: str) -> str:
+    """The command line's one name for a preset: the encoder-decoder presets are seq2seq-base and
+    seq2seq-tiny (companion.models calls them base and tiny); the old names are accepted with a note."""
+    from companion.models import SEQ2SEQ_PRESETS
+
+    if preset in SEQ2SEQ_PRESETS:
+        print(f"note: --preset {preset} is called {SEQ2SEQ_PREFIX}{preset} on the command line; using "
+              f"{SEQ2SEQ_PREFIX}{preset}", file=sys.stderr)
+        return SEQ2SEQ_PREFIX + preset
+    return preset
+
+
+def rough_weight_bytes(config) -> int:
+    """float32 bytes of a config's weights, from its sizes alone (12 d^2 per block, the embeddings):
+    for a model too large even to describe on the meta device."""
+    d = getattr(config, "d_model", None) or getattr(config, "n_embd", 0)
+    layers = (getattr(config, "n_layers", None) or getattr(config, "n_layer", None)
+              or getattr(config, "n_encoder_layers", 0) + getattr(config, "n_decoder_layers", 0))
+    vocab = getattr(config, "vocab_size", None) or getattr(config, "src_vocab_size", 0) + getattr(config, "tgt_vocab_size", 0)
+    return 4 * (12 * int(layers) * int(d) ** 2 + int(vocab) * int(d))
 
 
 def check_threads(threads: int) -> int:
@@ -168,6 +194,9 @@ def build_run(args):
         raise ValueError(f"--batch-size must be >= 1; got {args.batch_size}")
     if args.context < 1:
         raise ValueError(f"--context must be >= 1; got {args.context}")
+    args.preset = preset_name(args.preset)
+    if args.seed is None:  # --seed's default (cmd_train gives a resumed run its own seed first)
+        args.seed = 0
     if args.preset not in _presets():
         raise ValueError(f"--preset must be one of {_presets()}; got {args.preset!r}")
     seq2seq = args.preset.startswith(SEQ2SEQ_PREFIX)
@@ -240,6 +269,14 @@ def build_run(args):
     except (TypeError, ZeroDivisionError) as e:
         settings = " ".join(f"--set {item}" for item in args.set) or "the preset"
         raise ValueError(f"the model cannot be built from {settings}: {e}") from None
+    except RuntimeError as e:  # "Storage size calculation overflowed": a weight too large to describe at all
+        from companion.models import preset_config
+        from companion.training.memory import human
+
+        settings = " ".join(f"--set {item}" for item in args.set) or f"--preset {args.preset}"
+        need = rough_weight_bytes(preset_config(name, **{**sizes, **overrides}))
+        raise ValueError(f"{settings}: the model's weights alone need about {human(need)} of memory (float32), "
+                         f"more than any machine has (torch: {e}); --set a smaller model") from None
     if not args.no_memory_check:
         from companion.training import memory
 
@@ -290,6 +327,13 @@ def _train(args) -> int:
         check_device(args.device)
     if args.override and not args.resume:
         raise ValueError("--override only applies with --resume")
+    if args.resume:  # a resumed run keeps the seed it was started with (its weights, batch order, synthetic data)
+        saved = _saved_seed(args.resume)
+        if saved is not None and args.seed is not None and args.seed != saved:
+            raise ValueError(f"--seed {args.seed}: the run in {args.resume} was started with --seed {saved}, which "
+                             "a resumed run keeps (its batch order and data come from it); drop --seed")
+        if saved is not None:
+            args.seed = saved
     model, data, tokenizer, config = build_run(args)
     trainer = Trainer(model, data, config, tokenizer=tokenizer)
     if args.resume:
@@ -312,6 +356,10 @@ def _train(args) -> int:
     except (NonFiniteLoss, CheckpointNotWritten) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: no traceback; say where the run stands and how to go on
+        if trainer.rank == 0:
+            print(_interrupted(args, trainer.step), file=sys.stderr)
+        return 130
     if trainer.rank == 0:
         summary = {
             "steps": trainer.step, "stop_reason": history.stop_reason, "loss": history.last("loss"),
@@ -334,6 +382,34 @@ def _train(args) -> int:
     if dist.is_available() and dist.is_initialized():  # joined by the Trainer under torchrun
         dist.destroy_process_group()
     return 0
+
+
+def _saved_seed(resume) -> int | None:
+    """The --seed the run in ``resume`` was started with (None when it cannot be read: restore reports why)."""
+    from companion.training.checkpoint import load_state
+
+    try:
+        state = load_state(resume) or {}
+    except (ValueError, OSError):
+        return None
+    seed = (state.get("train_config") or {}).get("seed")
+    return seed if isinstance(seed, int) else None
+
+
+def _interrupted(args, step: int) -> str:
+    """The line train prints on Ctrl-C: the step reached and the checkpoint to resume from."""
+    head = f"train: interrupted at step {step}"
+    if not args.out:
+        return head + "; nothing was saved (no --out)"
+    from companion.training.checkpoint import resolve
+
+    try:
+        last = resolve(args.out)
+    except (ValueError, OSError):
+        return (head + f"; no checkpoint was written to {args.out} yet (--checkpoint-every N writes one every N "
+                "steps); start again to train")
+    return (head + f"; the last checkpoint is {last.name} in {args.out}: resume with python -m companion train "
+            f"... --resume {args.out} --out {args.out} (the same options)")
 
 
 def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
@@ -382,21 +458,34 @@ def crop_prompt(prompt: list[int], context: int) -> list[int]:
 
 
 def cmd_sample(args) -> int:
+    """``sample`` (continue a prompt, streamed) and ``translate`` (an encoder-decoder checkpoint)."""
     from companion.training.checkpoint import load_model, load_tokenizer, model_kind
     from companion.training.trainer import check_device
 
+    translating = args.command == "translate"
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
     import torch
 
-    if args.beam_size < 1:
+    if args.beam_size is not None and args.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+    if not translating and not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
-    if not (math.isfinite(args.alpha) and args.alpha >= 0):
+    if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
         raise ValueError(f"--alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {args.alpha}")
     model = load_model(args.checkpoint, device=check_device(args.device or "cpu"))
     tokenizer = load_tokenizer(args.checkpoint)
+    seq2seq = model_kind(model) == "seq2seq"
+    if translating and not seq2seq:
+        raise ValueError(f"translate needs an encoder-decoder (seq2seq) checkpoint; {args.checkpoint} holds a "
+                         f"decoder-only model, which continues text: python -m companion sample --checkpoint "
+                         f"{args.checkpoint} --prompt TEXT")
+    if not seq2seq:
+        given = [f"--{name.replace('_', '-')}" for name in ("beam_size", "alpha") if getattr(args, name) is not None]
+        if given:  # a decoder samples: a beam setting would be ignored
+            raise ValueError(f"{' and '.join(given)} apply to encoder-decoder checkpoints (translate); "
+                             f"{args.checkpoint} holds a decoder-only model, which samples (see --temperature, "
+                             "--top-k): drop " + " and ".join(given))
     if tokenizer is not None:
         prompt = tokenizer.encode(args.prompt)
     else:
@@ -404,30 +493,65 @@ def cmd_sample(args) -> int:
             prompt = [int(t) for t in args.prompt.split()]
         except ValueError:
             raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
-    if model_kind(model) == "seq2seq":  # encoder-decoder: translate the prompt
-        from companion.inference.translate import beam_search_one, greedy_decode
+    if seq2seq:
+        if not translating:
+            print(f"note: {args.checkpoint} is an encoder-decoder checkpoint: sample translates the prompt, as "
+                  "python -m companion translate does (the command's own name)", file=sys.stderr)
+        out = _translate(model, tokenizer, prompt, args)
+        sys.stdout.write(out + "\n")
+        return 0
+    if not prompt:
+        raise ValueError("--prompt must hold at least one token; got an empty prompt")
+    crop_prompt(prompt, model.config.context_length)  # the note; slide's window does the cropping
+    # Streamed: the prompt, then each token as it is drawn (a long sample shows text from the first token)
+    show = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: " ".join(map(str, ids)))
+    sep = "" if tokenizer is not None else " "
+    sys.stdout.write(show(prompt))
+    sys.stdout.flush()
+    from companion.inference.generate import SamplingParams
 
-        specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
-        if len(prompt) > model.config.max_len:
-            print(f"note: the prompt has {len(prompt)} tokens, more than the model's max_len of {model.config.max_len}; "
-                  f"only its first {model.config.max_len} are translated", file=sys.stderr)
-        src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
-        max_len = min(model.config.max_len, args.max_new_tokens)
-        if args.beam_size == 1:
-            hyp = greedy_decode(model, src, specials["<bos>"], specials["<eos>"], max_len)[0]
-        else:
-            hyp = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], args.beam_size, args.alpha, max_len)[0]
-        out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
-        if len(hyp.tokens) >= max_len < args.max_new_tokens:
-            print(f"note: the translation stopped at {len(hyp.tokens)} tokens without an end token: that is the "
-                  f"model's max_len ({model.config.max_len}), fewer than --max-new-tokens {args.max_new_tokens}",
-                  file=sys.stderr)
-    else:
-        crop_prompt(prompt, model.config.context_length)  # the note; sample_lm's window does the cropping
-        ids = sample_lm(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed)
-        out = tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
-    sys.stdout.write(out + "\n")
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            seed=args.seed)
+    for tok in slide(model, prompt, params.max_new_tokens, params, params.generator()):
+        sys.stdout.write(sep + show([tok]))
+        sys.stdout.flush()
+    sys.stdout.write("\n")
     return 0
+
+
+def _translate(model, tokenizer, prompt: list[int], args) -> str:
+    """The translation ``translate`` prints: greedy (--beam-size 1) or beam search, the best hypothesis
+    that is not empty (a wide beam keeps the end token as a first token, whose empty hypothesis can
+    score best under the length penalty; a note says when that happened)."""
+    import torch
+
+    from companion.inference.translate import beam_search_one, greedy_decode
+
+    beam_size = 4 if args.beam_size is None else args.beam_size
+    alpha = 0.6 if args.alpha is None else args.alpha
+    specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
+    if len(prompt) > model.config.max_len:
+        print(f"note: the prompt has {len(prompt)} tokens, more than the model's max_len of {model.config.max_len}; "
+              f"only its first {model.config.max_len} are translated", file=sys.stderr)
+    src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
+    max_len = min(model.config.max_len, args.max_new_tokens)
+    if beam_size == 1:
+        hyp = greedy_decode(model, src, specials["<bos>"], specials["<eos>"], max_len)[0]
+    else:
+        hyps = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], beam_size, alpha, max_len)
+        hyp = next((h for h in hyps if h.tokens), hyps[0])
+        if not hyps[0].tokens and hyp.tokens:
+            print(f"note: the best-scoring hypothesis of --beam-size {beam_size} is empty (the end token first); "
+                  "the best non-empty one is printed", file=sys.stderr)
+        elif not hyp.tokens:
+            print(f"note: every hypothesis of --beam-size {beam_size} is empty (the model puts the end token "
+                  "first): the translation is empty", file=sys.stderr)
+    out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
+    if len(hyp.tokens) >= max_len < args.max_new_tokens:
+        print(f"note: the translation stopped at {len(hyp.tokens)} tokens without an end token: that is the "
+              f"model's max_len ({model.config.max_len}), fewer than --max-new-tokens {args.max_new_tokens}",
+              file=sys.stderr)
+    return out
 
 
 def add_subcommands(sub) -> None:
@@ -438,7 +562,8 @@ def add_subcommands(sub) -> None:
                     "Under torchrun the same command trains with DDP (or FSDP2 with --parallel fsdp).",
         formatter_class=HelpFormatter,
     )
-    t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())}")
+    t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())} (base and "
+                   "tiny, the library's names of the seq2seq ones, are accepted with a note)")
     t.add_argument("--data", required=True, help=f"corpus: one of {', '.join(DATASETS)}, or a path to a UTF-8 .txt file "
                    "(character-level; the last 10%% is the validation split)")
     t.add_argument("--profile", default=None, choices=("quick", "cpu", "gpu"),
@@ -472,7 +597,8 @@ def add_subcommands(sub) -> None:
     t.add_argument("--parallel", default="ddp", choices=("ddp", "fsdp"),
                    help="under torchrun: ddp (each process holds the whole model) or fsdp (FSDP2: each holds a shard of "
                         "every weight, gradient and optimizer state); one process: ignored")
-    t.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
+    t.add_argument("--seed", type=int, default=None, help="seed of the initial weights and of the batch order "
+                   "(default 0; with --resume, the resumed run's own seed)")
     t.add_argument("--max-words", type=int, default=None, help="Bible corpora: longest verse kept, in words (quick 12, gpu 48)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set n_layers=4 --set d_model=128 (repeatable; JSON values)")
@@ -490,9 +616,9 @@ def add_subcommands(sub) -> None:
 
     s = sub.add_parser(
         "sample", help=COMMANDS["sample"],
-        description="Load a checkpoint written by 'train' (weights, config and tokenizer) and continue a prompt; "
-                    "an encoder-decoder checkpoint translates the prompt instead. The text printed is the prompt "
-                    "followed by its continuation (a translation is printed alone). " + CONTEXT_RULE,
+        description="Load a checkpoint written by 'train' (weights, config and tokenizer) and continue a prompt. "
+                    "The text printed is the prompt followed by its continuation, each token as it is drawn. "
+                    "An encoder-decoder checkpoint is translated instead, as 'translate' does. " + CONTEXT_RULE,
         formatter_class=HelpFormatter,
     )
     s.add_argument("--checkpoint", required=True, help="run directory (its 'latest' step) or a step-* directory")
@@ -501,8 +627,28 @@ def add_subcommands(sub) -> None:
                    "sliding window (translation: the longest output, at most the model's max_len)")
     s.add_argument("--temperature", type=float, default=0.8, help="softmax temperature; 0 takes the argmax")
     s.add_argument("--top-k", type=int, default=None, help="sample among the k most probable tokens only")
-    s.add_argument("--beam-size", type=int, default=4, help="encoder-decoder only: beam width (1: greedy)")
-    s.add_argument("--alpha", type=float, default=0.6, help="encoder-decoder only: length-penalty exponent")
+    s.add_argument("--beam-size", type=int, default=None, help="encoder-decoder only (refused for a decoder): "
+                   "beam width (default 4; 1: greedy)")
+    s.add_argument("--alpha", type=float, default=None, help="encoder-decoder only (refused for a decoder): "
+                   "length-penalty exponent (default 0.6)")
     s.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     s.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:N or mps")
     s.set_defaults(func=cmd_sample)
+
+    tr = sub.add_parser(
+        "translate", help=COMMANDS["translate"],
+        description="Load an encoder-decoder checkpoint written by 'train --preset seq2seq-...' (for example on "
+                    "--data bible-en-fr) and print the translation of --prompt: beam search (--beam-size 1: "
+                    "greedy), the best non-empty hypothesis. A decoder-only checkpoint continues text with "
+                    "'sample' instead.",
+        formatter_class=HelpFormatter,
+    )
+    tr.add_argument("--checkpoint", required=True, help="run directory (its 'latest' step) or a step-* directory")
+    tr.add_argument("--prompt", required=True, help="sentence to translate (token ids separated by spaces when the "
+                    "checkpoint has no tokenizer)")
+    tr.add_argument("--max-new-tokens", type=int, default=200, help="the longest translation, in tokens (at most the "
+                    "model's max_len)")
+    tr.add_argument("--beam-size", type=int, default=None, help="beam width (default 4; 1: greedy)")
+    tr.add_argument("--alpha", type=float, default=None, help="length-penalty exponent (default 0.6; 0: none)")
+    tr.add_argument("--device", default="cpu", help="device to run on: cpu, cuda, cuda:N or mps")
+    tr.set_defaults(func=cmd_sample, temperature=0.0, top_k=None, seed=0)
