@@ -51,3 +51,49 @@ def test_traffic_bars_are_labelled_with_the_model_totals():
 @pytest.mark.parametrize("make", [flash_tiling, memory_traffic])
 def test_labels_do_not_overlap_fit_the_column_and_are_readable(make):
     assert_readable_layout(make())
+
+
+# --- the online-softmax row and the recorded GPU speeds (companion.notebook.diagrams_ch11) -----------
+import math as _math
+
+from matplotlib.lines import Line2D as _Line2D
+
+from companion.notebook.diagrams_ch11 import flash_speed, online_softmax_row, running_stats
+from companion.notebook.viz import MIN_LABEL_PX, text_px
+
+ROW = [-2.0, -0.5, -1.0, 1.5, 0.0, 3.0, 2.0, -1.0]
+
+
+def test_running_stats_rescale_only_when_the_maximum_rises_and_end_at_logsumexp():
+    stats = running_stats(ROW, 2)
+    assert [m for m, _, _ in stats] == [-0.5, 1.5, 3.0, 3.0]
+    assert [f for _, f, _ in stats] == [1.0, _math.exp(-2.0), _math.exp(-1.5), 1.0]
+    m, _, ell = stats[-1]
+    assert m + _math.log(ell) == pytest.approx(_math.log(sum(_math.exp(x) for x in ROW)))
+    with pytest.raises(ValueError, match="block"):
+        running_stats(ROW, 0)
+    with pytest.raises(ValueError, match="finite"):
+        running_stats([0.0, float("-inf")], 1)
+
+
+def test_online_softmax_row_draws_the_scores_the_maximum_and_the_factors():
+    fig = online_softmax_row(ROW, 2)
+    top, bottom = fig.axes
+    dots = [ln for ln in top.get_lines() if ln.get_marker() == "o"]
+    assert list(dots[0].get_ydata()) == ROW
+    heights = sorted(round(p.get_height(), 6) for p in bottom.containers[0])
+    assert heights == sorted(round(f, 6) for _, f, _ in running_stats(ROW, 2))
+    assert text_px(fig) >= MIN_LABEL_PX
+
+
+def test_flash_speed_plots_every_rate_of_the_table():
+    table = {(64, False, 1024): (3.0, 2.0, 1.5, 1.0), (64, False, 4096): (4.0, 3.0, 2.5, 2.0),
+             (128, True, 1024): (1.0, 2.0, 0.5, 0.8), (128, True, 4096): (2.0, 2.5, 1.5, 1.9)}
+    fig = flash_speed(table, "a GPU")
+    drawn = sorted(y for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) == 2
+                   for y in ln.get_ydata())
+    assert drawn == sorted(x for row in table.values() for x in row)
+    assert text_px(fig) >= MIN_LABEL_PX
+    assert any(isinstance(h, _Line2D) for h in fig.axes[1].get_legend().legend_handles)
+    with pytest.raises(ValueError, match="positive"):
+        flash_speed({(64, False, 1024): (1.0, 0.0, 1.0, 1.0)}, "x")

@@ -54,3 +54,34 @@ def test_inconsistent_tables_are_refused():
 @pytest.mark.parametrize("n_pages", [8, 16, 32])
 def test_labels_do_not_overlap_fit_the_column_and_are_readable(n_pages):
     assert_readable_layout(block_tables(TABLES, n_pages=n_pages, page_size=4))
+
+
+# --- pages -> block tables -> seats, and the batching schedule (companion.notebook.diagrams_ch12) ---
+from companion.notebook.diagrams_ch12 import (SCHEDULE_COLOURS, batching_schedule, continuous_grid,
+                                              pages_to_seats, static_grid)
+from companion.notebook.viz import MIN_LABEL_PX, text_px
+
+
+def test_pages_to_seats_labels_every_seat_run_with_its_page():
+    fig = pages_to_seats(TABLES, {0: 0, 1: 2, 2: 1}, n_pages=8, page_size=4)
+    shown = [t.get_text() for t in _texts(fig)]
+    runs = sum(len(table) for table, _ in TABLES.values())
+    assert sum(s.startswith("page ") and s[5:].isdigit() for s in shown) == runs
+    assert "seat 2: seq 1" in shown and "seat 1: seq 2" in shown
+    assert text_px(fig) >= MIN_LABEL_PX
+    assert_readable_layout(fig, min_fontsize=9)
+    with pytest.raises(ValueError, match="seats"):
+        pages_to_seats(TABLES, {0: 0, 1: 1}, n_pages=8, page_size=4)
+
+
+def test_static_and_continuous_grids():
+    grid = static_grid([2, 3, 1], 2)
+    assert grid == ["pdx.", "pdd.", "wwwp"]
+    decisions = [[(0, 8, "prefill"), (1, 8, "prefill")], [(1, 1, "decode"), (2, 8, "prefill")]]
+    assert continuous_grid(decisions, 3) == ["p.", "pd", "wp"]
+    fig = batching_schedule(grid, ["pd..", "pdd.", "wpww"[:2] + ".."])
+    coloured = [p for p in fig.findobj(Rectangle) if p.get_facecolor() == matplotlib.colors.to_rgba(
+        SCHEDULE_COLOURS["x"])]
+    assert len(coloured) == 1 + 1          # the static batch's idle row-step, and its swatch
+    assert text_px(fig) >= MIN_LABEL_PX
+    assert_readable_layout(fig, min_fontsize=9)
