@@ -1,6 +1,8 @@
 """tools/check_layout.py measures what a reader sees, proven by planted failures on small synthetic pages
 (no book build needed): a display equation too wide for the column, an equation whose number covers it,
-an output line and a code line too long for the column, a two-panel figure squeezed into a phone's column; and tools/check_browser.py's screenshots put
+an output line and a code line too long for the column, a figure wider than its column or scrolling in its own box
+(with two hints, or no link to its full-size image), a set-up cell before a chapter's first section, a long
+equation cut at 400 px or its number above it, an identifier split in a table cell; and tools/check_browser.py's screenshots put
 every element where the page lays it out at 1280 and 400 px (issue 25, item 2). The command ``make book``
 runs exits 1 on a site with a planted problem, so the build fails (issue 25: enforced).
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get ins
 CSS = (ROOT / "_static" / "companion.css").resolve().as_uri()
 MATHJAX = ROOT / "_vendor" / "site" / "vendor" / "mathjax" / "tex-chtml.js"
 COLUMN = 739  # the synthetic column at 1280 px, as wide as the book's
+JS = (ROOT / "_static" / "companion.js").resolve().as_uri()
 
 # Enough of the theme and of MathJax's own CSS that the boxes behave as on the book's pages.
 THEME = f"""
@@ -68,6 +71,11 @@ LONG_OUTPUT = page(cell("print(report)", "check: all 5 cases pass " + "(a case t
 LONG_CODE = page(cell("y = f(" + ", ".join(f"argument_{i}" for i in range(12)) + ")", "ok"))
 
 
+def with_js(html: str) -> str:
+    """The page with the book's script (_static/companion.js), as every page of the book loads it."""
+    return html.replace("</body>", f'<script src="{JS}"></script></body>')
+
+
 @pytest.fixture(scope="module")
 def browser():
     with check_browser.Browser(CHROME) as b:
@@ -99,11 +107,12 @@ def test_planted_too_wide_equation_is_reported_at_1280(browser, tmp_path):
                                   f"wide with its number (1100 px + {wide['number_px']} px) in a {COLUMN} px column")
 
 
-def test_at_400_px_a_wide_equation_scrolls_in_its_own_box_under_its_number(browser, tmp_path):
-    report, problems = measured(browser, tmp_path, WIDE_EQUATION, 400)
-    assert problems == [], problems  # not too wide for a phone: it scrolls, and nothing covers it
+def test_at_400_px_a_wide_equation_scrolls_in_its_own_box_beside_its_number(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, with_js(WIDE_EQUATION), 400)
+    assert problems == [], problems  # not too wide for a phone: scaled, it scrolls, and nothing covers it
     wide = next(m for m in report["math"] if m["id"] == "equation-wide")
-    assert wide["overflows"] and wide["overflow_x"] == "auto" and not wide["overlap"]
+    assert wide["overflows"] and wide["overflow_x"] == "auto" and not wide["overlap"] and wide["beside"]
+    assert wide["scale"] == 0.7
     assert wide["box_right"] <= wide["column_right"]
 
 
@@ -150,18 +159,117 @@ def figure_page(tmp_path: Path, stylesheet: bool = True) -> str:
                 stylesheet=stylesheet).replace("</style>", "img { max-width: 100%; height: auto; }</style>")
 
 
-def test_planted_squeezed_two_panel_figure_is_reported_at_400(browser, tmp_path):
-    """Without companion.css the theme shrinks a 720 px two-panel figure into a phone's column: half size,
-    5 px text. The check says so; with the book's CSS it keeps its width and scrolls in its own box."""
-    report, problems = measured(browser, tmp_path, figure_page(tmp_path, stylesheet=False), 400)
+@pytest.mark.parametrize("width", [1280, 400])
+def test_a_figure_is_scaled_to_the_column_and_opens_full_size(browser, tmp_path, width):
+    """Issue 39, item 1: with the book's CSS and script a 720 px two-panel figure fits the column at any
+    width, in a link to its image, with at most one line saying a tap opens it full size."""
+    report, problems = measured(browser, tmp_path, with_js(figure_page(tmp_path)), width)
     (fig,) = report["figures"]
-    assert fig["designed"] == 720 and fig["shown"] < 400 and fig["figure"] == "Fig. 1.1", fig
+    assert problems == [] and fig["shown"] <= fig["column"] and not fig["scrolls"] and fig["linked"], (fig, problems)
+    assert fig["hints"] == (1 if width == 400 else 0), fig
+
+
+def test_planted_figure_wider_than_the_column_at_400(browser, tmp_path):
+    """Without a max-width the figure is shown at its designed 720 px in a 368 px column: reported."""
+    html = figure_page(tmp_path, stylesheet=False).replace("img { max-width: 100%; height: auto; }", "")
+    report, problems = measured(browser, tmp_path, html, 400)
+    (fig,) = report["figures"]
+    assert fig["shown"] == 720 and fig["column"] < 400, fig
+    assert any(p.startswith(f"figure Fig. 1.1 in '1.1. A section' is shown 720 px wide in a {fig['column']} px column")
+               for p in problems), problems
+
+
+def test_planted_scrolling_figure_with_two_hints_at_400(browser, tmp_path):
+    """What issue 39 saw on 9 figures: the figure kept its width in a sideways-scrolling box, and the
+    'wider than the screen' line appeared twice. Both are reported, and an image with no link too."""
+    html = figure_page(tmp_path, stylesheet=False).replace(
+        "img { max-width: 100%; height: auto; }",
+        "figure > a { display: block; overflow-x: auto; } figure img { max-width: none; }"
+        " figcaption::before, figure::after { content: 'wider than the screen: scroll sideways'; }")
+    _, problems = measured(browser, tmp_path, html, 400)
+    assert any("scrolls sideways in its own box" in p for p in problems), problems
+    assert any("carries 2 lines telling the reader to scroll or tap" in p for p in problems), problems
+    unlinked = figure_page(tmp_path).replace('<a class="reference internal image-reference" href="two-panels.png">',
+                                             "<span>").replace("</a><figcaption>", "</span><figcaption>")
+    _, problems = measured(browser, tmp_path, unlinked, 1280)
+    assert problems == ["figure Fig. 1.1 in '1.1. A section' does not open full size on a tap (no link to the image)"]
+
+
+def chapter_top(before: str) -> str:
+    """A chapter page's top section: the title, what comes before the first section, the first section."""
+    return (f'<!doctype html><html><head><meta charset="utf-8"><style>{THEME}</style>'
+            f'<link rel="stylesheet" href="{CSS}"></head><body><article class="bd-article"><section id="ch-x">'
+            f"<h1>1. A chapter</h1><p>Opening.</p><div class=\"admonition tip\"><p class=\"admonition-title\">"
+            f"Learning objectives</p><ol><li>one</li></ol></div>{before}"
+            f'<section id="s"><h2>1.1. A section</h2><p>Text.</p></section></section></article></body></html>')
+
+
+RUNTIME = '<p class="chapter-runtime">Runs in about 15 s on a CPU (quick profile).</p>'
+
+
+def test_the_first_screen_holds_only_text_objectives_and_the_time_line(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, chapter_top(RUNTIME), 1280)
+    assert problems == [] and [i["runtime"] for i in report["intro"]] == [False, False, False, True], report["intro"]
+    report["chapter"] = True
+    assert check_layout.problems_of(report) == []
+
+
+def test_planted_setup_cell_before_the_first_section(browser, tmp_path):
+    """Issue 39, item 4: the set-up cell's toggle and its grey profile line under the objectives."""
+    setup = ('<div class="cell tag_hide-input docutils container"><details><summary>Show code cell source</summary>'
+             '<div class="cell_input"><pre>P = companion.profile()</pre></div></details><div class="cell_output">'
+             "<pre>profile=quick device=cpu seed=0</pre></div></div>")
+    report, problems = measured(browser, tmp_path, chapter_top(setup), 400)
     assert len(problems) == 1 and problems[0].startswith(
-        f"figure Fig. 1.1 in '1.1. A section' is shown {fig['shown']} px wide, "), problems
-    report, problems = measured(browser, tmp_path, figure_page(tmp_path), 400)
-    (fig,) = report["figures"]
-    assert problems == [] and fig["shown"] == 717 and fig["scrolls"], (fig, problems)
-    assert measured(browser, tmp_path, figure_page(tmp_path), 1280)[1] == []
+        "before the first section: div.cell.tag_hide-input.docutils.container 'Show code cell source"), problems
+    report["chapter"] = True
+    assert "no run-time line before the first section (tools/chapterpage.py)" in check_layout.problems_of(report)
+
+
+def em_equation(number: str, ems: float, label: str) -> str:
+    """An equation whose typeset width scales with its font size, as MathJax's does (widths in em)."""
+    return equation(number, 0, label).replace("width: 0px", f"width: {ems}em")
+
+
+def test_a_long_equation_at_400_px_is_scaled_with_its_number_beside_it(browser, tmp_path):
+    """Issue 39, item 7: with the book's script a formula a little wider than its room is scaled to fit,
+    one far wider is scaled to 70% and scrolls; the number stays beside both."""
+    html = with_js(page(em_equation("1.1", 22, "little") + em_equation("1.2", 60, "far")))
+    report, problems = measured(browser, tmp_path, html, 400)
+    assert problems == [], problems
+    little, far = report["math"]
+    assert little["beside"] and far["beside"], report["math"]
+    assert little["hidden"] <= 1 and 0.7 < little["scale"] < 1, little
+    assert far["scale"] == 0.7 and far["overflows"], far
+
+
+def test_planted_cut_equation_and_number_above_at_400(browser, tmp_path):
+    """Without the script the long formula is cut at the right edge; with the number put above it (the
+    layout before issue 39) that is reported too."""
+    html = page(em_equation("1.2", 40, "cut")).replace(
+        "</head>", "<style>div.math { flex-direction: column !important; }</style></head>")
+    _, problems = measured(browser, tmp_path, html, 400)
+    assert any("equation (1.2) #equation-cut" in p and "is cut at the right edge" in p for p in problems), problems
+    assert any("its number sits above or below the equation" in p for p in problems), problems
+
+
+TABLE = ('<div class="pst-scrollable-table-container"><table class="table"><thead><tr><th>name</th><th>what</th>'
+         "<th>more</th><th>more</th></tr></thead><tbody><tr><td><code class=\"docutils literal notranslate\">"
+         '<span class="pre">continuous_batching_scheduler</span></code></td><td>' + "words " * 12 + "</td><td>"
+         + "words " * 12 + "</td><td>" + "words " * 12 + "</td></tr></tbody></table></div>")
+
+
+def test_a_table_keeps_inline_code_whole_and_scrolls_at_400(browser, tmp_path):
+    report, problems = measured(browser, tmp_path, page(TABLE), 400)
+    (t,) = report["tables"]
+    assert problems == [] and t["split"] == [], (t, problems)
+
+
+def test_planted_split_identifier_in_a_table_cell(browser, tmp_path):
+    html = page(TABLE, stylesheet=False).replace("</style>", "td code { word-break: break-all; } "
+                                                 "table { table-layout: fixed; width: 100%; }</style>")
+    _, problems = measured(browser, tmp_path, html, 400)
+    assert any("inline code 'continuous_batching_scheduler' is split over two lines" in p for p in problems), problems
 
 
 @pytest.mark.skipif(not MATHJAX.exists(), reason="MathJax not vendored (python tools/vendor_assets.py _vendor)")
@@ -172,8 +280,8 @@ def test_real_mathjax_equation_is_measured(browser, tmp_path):
     report, problems = measured(browser, tmp_path, html, 1280)
     (m,) = report["math"]
     assert m["math"] > COLUMN and any("equation (2.1) #equation-real" in p for p in problems), (m, problems)
-    report, problems = measured(browser, tmp_path, html, 400)
-    assert problems == [] and report["math"][0]["overflows"], problems
+    report, problems = measured(browser, tmp_path, with_js(html), 400)
+    assert problems == [] and report["math"][0]["overflows"] and report["math"][0]["beside"], problems
 
 
 @pytest.mark.parametrize("width", [1280, 400])

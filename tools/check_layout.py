@@ -23,12 +23,21 @@ the rendered boxes, not the source:
   image, its content width (``scrollWidth``) against the column. At ``DESKTOP_PX`` and wider the
   content must fit (no hidden right-hand part); at every width the box must stay inside the column
   and content wider than the box must scroll inside it.
-- **figures**: every image in a figure or a cell's output, its width as shown against the width it
-  has at ``DESKTOP_PX`` (its designed width, the inline style companion.notebook.viz writes, at most
-  ``FIGURE_COLUMN_PX``). Its text scales with it, and viz makes the smallest text 11 px at that width,
-  so an image shown narrower than ``FIGURE_SCALE`` of it has text under 10 px: a two-panel figure
-  squeezed into a phone's column. On a narrow window it keeps its width and scrolls in its own box
-  (_static/companion.css), and its box must stay inside the column.
+- **figures** (issue 39, item 1): every image in a figure or a cell's output, its width as shown
+  against its column: at every width it is scaled to the column, never wider and never in a sideways-
+  scrolling box (_static/companion.css), it opens full size on a tap (it sits in a link to the image;
+  _static/companion.js links a cell output's image), and it carries at most one line telling the reader
+  to scroll or tap (text, or CSS-generated content on the figure, its caption or its output).
+- **the first screen** (item 4): what a chapter's top section shows before its first section: only
+  paragraphs, lists and admonitions (the opening text and the learning objectives), with no code cell,
+  output, toggle or image in them, and the run-time line (``p.chapter-runtime``, tools/chapterpage.py)
+  on every chapter page (tools/tag_cells.py keeps the set-up cells off the page).
+- **display equations on a narrow window** (item 7): the number beside its equation (their boxes share
+  a line), and an equation wider than its room scaled down (by _static/companion.js, to at most
+  ``MIN_EQUATION_SCALE``) before any of it is left to scroll; an unscaled equation with more than
+  ``EQUATION_HIDDEN`` of its width out of view is cut.
+- **tables**: inside the column, scrolling when wider than their box, and no inline code in a table
+  cell split over two lines.
 - the page itself must not scroll sideways, and at ``DESKTOP_PX`` a code line of ``CODE_LINE_LIMIT``
   characters must fit a code cell.
 
@@ -49,12 +58,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_browser  # noqa: E402  (tools/check_browser.py: the browser and the page list)
+import tag_cells  # noqa: E402  (tools/tag_cells.py: the chapters whose set-up cells are not tagged yet)
 
 CODE_LINE_LIMIT = 88  # tests/test_notebooks.py MAX_LINE
 DESKTOP_PX = 1280
 WIDTHS = (1280, 400)
 FIGURE_COLUMN_PX = 717  # the widest a figure is shown at 1280 px (companion.notebook.viz.COLUMN_PX)
-FIGURE_SCALE = 0.9  # shown at least this fraction of that width: 11 px text stays >= 10 px
+# Display equations on a narrow window: _static/companion.js scales a formula wider than its room down to
+# MIN_EQUATION_SCALE of its size; one that is still cut by more than EQUATION_HIDDEN of its width without
+# having been scaled is a problem (issue 39, item 7).
+MIN_EQUATION_SCALE = 0.7
+FIRST_SCREEN = "before the first section"  # the words every first-screen problem carries
+EQUATION_HIDDEN = 0.05
 # A layout problem on any page at any width fails the check (exit status 1), and so `make book`
 # (issue 25: every page passed at 1280 and 400 px when this was switched on). --report-only overrides.
 ENFORCED = True
@@ -117,7 +132,11 @@ MEASURE = r"""
                   box: Math.round(b.width), box_right: Math.round(Math.max(b.right, d.right, n ? n.right : 0)),
                   column_right: Math.round(col.right), overflows: box.scrollWidth > box.clientWidth + 1,
                   overflow_x: cs.overflowX, overlap: false,
-                  tex: (div.querySelector("mjx-assistive-mml math") || {}).textContent || ""};
+                  tex: (div.querySelector("mjx-assistive-mml math") || {}).textContent || "",
+                  hidden: Math.max(0, Math.round(mathW - box.clientWidth)),
+                  scale: parseFloat(box.dataset.fitScale || "1"),
+                  // The number beside the equation: their boxes share a line (not above or below it).
+                  beside: !n || n.height === 0 || (n.top < b.bottom - 1 && b.top < n.bottom - 1)};
     item.tex = item.tex.replace(/\s+/g, " ").trim().slice(0, 50);
     if (n && n.width > 0 && b.width > 0) {
       // The number covers the formula when their boxes cross where the formula is drawn: the
@@ -180,11 +199,71 @@ MEASURE = r"""
       if (clipsX(getComputedStyle(a))) { scroller = a; break; }
     const col = columnOf(img, (scroller || img).parentElement);
     const s = scroller ? scroller.getBoundingClientRect() : r;
+    // What a figure says about itself: lines that tell the reader to scroll or tap (a text line, or
+    // CSS-generated content before or after the figure, its caption or its output box).
+    const holder = img.closest("figure") || img.closest("div.cell_output") || img.parentElement;
+    let hints = holder.querySelectorAll(".figure-hint").length;
+    const hintRe = /screen|full size|scroll sideways/i;
+    for (const el of [holder, ...holder.querySelectorAll("figcaption, a, div.cell_output, div.output")]) {
+      for (const pseudo of ["::before", "::after"]) {
+        const c = getComputedStyle(el, pseudo).content;
+        if (c && c !== "none" && c !== "normal" && hintRe.test(c)) hints += 1;
+      }
+    }
+    const outer = holder.parentElement && holder.parentElement.closest("div.cell_output");
+    if (outer && outer !== holder) {
+      for (const pseudo of ["::before", "::after"]) {
+        const c = getComputedStyle(outer, pseudo).content;
+        if (c && c !== "none" && c !== "normal" && hintRe.test(c)) hints += 1;
+      }
+    }
+    const widget = !!img.closest(".widget-subarea");
     out.figures.push({figure: figNo(img), section: sectionOf(img), shown: Math.round(r.width),
+                      column: Math.round(col.right - col.left), hints, widget, visible: Math.round(s.width),
+                      linked: !!(img.closest("a[href]")),
                       designed: Math.round(parseFloat(img.style.width) || parseFloat(img.getAttribute("width")) || img.naturalWidth),
                       box_right: Math.round(s.right), column_right: Math.round(col.right),
                       scrolls: !!scroller, alt: (img.alt || "").slice(0, 40)});
   }
+  // The first screen: what the chapter's top section shows before its first section. Text (paragraphs,
+  // lists), admonitions (the learning objectives) and the run-time line are what belongs there.
+  out.intro = [];
+  const topSection = document.querySelector("article section");
+  if (topSection && topSection.querySelector(":scope > h1")) {
+    for (const el of topSection.children) {
+      if (el.tagName === "SECTION") break;
+      const r = el.getBoundingClientRect();
+      if (r.height === 0 || getComputedStyle(el).display === "none") continue;
+      const text = ["P", "H1", "UL", "OL", "DL", "BLOCKQUOTE", "SPAN", "A"].includes(el.tagName);
+      const admonition = el.tagName === "DIV" && el.classList.contains("admonition");
+      const bad = !((text || admonition) && !el.querySelector("div.cell, details, button, pre, img"));
+      out.intro.push({tag: el.tagName.toLowerCase() + (el.className ? "." + String(el.className).split(" ").join(".") : ""),
+                      text: el.textContent.replace(/\s+/g, " ").trim().slice(0, 50), ok: !bad,
+                      runtime: el.classList.contains("chapter-runtime")});
+    }
+  }
+  // Tables in the text and in outputs: inside the column, scrolling when wider than their box, and
+  // inline code in a cell on one line (a name split over two lines reads as two names).
+  out.tables = [];
+  document.querySelectorAll("article table").forEach((t, i) => {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0) return;
+    let scroller = null;
+    for (let a = t; a && a.tagName !== "ARTICLE"; a = a.parentElement)
+      if (clipsX(getComputedStyle(a))) { scroller = a; break; }
+    const col = columnOf(t, (scroller || t).parentElement);
+    const s = scroller ? scroller.getBoundingClientRect() : r;
+    const split = [];
+    t.querySelectorAll("td code, th code").forEach((c) => {
+      const tops = new Set(Array.from(c.getClientRects()).filter((q) => q.width > 0).map((q) => Math.round(q.top)));
+      if (tops.size > 1) split.push(c.textContent.trim().slice(0, 30));
+    });
+    const caption = t.querySelector("caption");
+    out.tables.push({table: i + 1, section: sectionOf(t), caption: caption ? caption.textContent.trim().slice(0, 40) : "",
+                     content: Math.round(t.scrollWidth > r.width ? t.scrollWidth : r.width),
+                     visible: Math.round(s.width), scrolls: !!scroller, box_right: Math.round(s.right),
+                     column_right: Math.round(col.right), split});
+  });
   // Characters per code line: a code cell a reader sees open (not behind a hide-input toggle).
   const pre = document.querySelector(
     "div.cell:not(.tag_hide-cell):not(.tag_hide-input):not(.tag_remove-input) div.cell_input pre");
@@ -271,16 +350,45 @@ def problems_of(report: dict) -> list[str]:
             problems.append(f"{_where(m)} is wider than its box and does not scroll (overflow-x {m['overflow_x']})")
         if m.get("overlap"):
             problems.append(f"{_where(m)}: its number covers the equation")
+        if not m.get("beside", True):
+            problems.append(f"{_where(m)}: its number sits above or below the equation, not beside it")
+        if not desktop and m.get("hidden", 0) > m.get("math", 0) * EQUATION_HIDDEN + 1 and m.get("scale", 1) > MIN_EQUATION_SCALE + 0.01:
+            problems.append(f"{_where(m)} is cut at the right edge: {m['hidden']} px of its {m['math']} px out of "
+                            f"view, not scaled to fit (_static/companion.js scales it to {MIN_EQUATION_SCALE:.0%})")
     for f in report.get("figures", []):
         name = f"figure {f['figure'] or '(unnumbered)'}" + (f" in '{f['section']}'" if f.get("section") else "")
-        reference = min(f["designed"], FIGURE_COLUMN_PX)
-        if f["shown"] < FIGURE_SCALE * reference - 1:
-            problems.append(f"{name} is shown {f['shown']} px wide, {f['shown'] / reference:.0%} of its {reference} px "
-                            f"at {DESKTOP_PX} px: its smallest text about {11 * f['shown'] / reference:.0f} px "
-                            "(keep its width and let it scroll: _static/companion.css)")
+        if f.get("scrolls") and "column" in f and f["shown"] > f.get("visible", 0) + 1:
+            problems.append(f"{name} scrolls sideways in its own box: {f['shown']} px wide in a {f['column']} px "
+                            "column, a reader sees part of it (scale it: _static/companion.css)")
+        elif "column" in f and f["shown"] > f["column"] + 1:
+            problems.append(f"{name} is shown {f['shown']} px wide in a {f['column']} px column: scale it to the "
+                            "column (max-width: 100%, _static/companion.css)")
         if f["box_right"] > f["column_right"] + 1:
             problems.append(f"{name}: its box reaches {f['box_right']} px, past the column's right edge "
                             f"at {f['column_right']} px")
+        if f.get("hints", 0) > 1:
+            problems.append(f"{name} carries {f['hints']} lines telling the reader to scroll or tap; one at most")
+        if "linked" in f and not f["linked"] and not f.get("widget"):
+            problems.append(f"{name} does not open full size on a tap (no link to the image)")
+    # The first screen of a chapter page (main() says which pages are chapters; a page measured on its own,
+    # such as the tests' synthetic ones, counts as one).
+    intro = report.get("intro", []) if report.get("chapter", True) else []
+    for item in intro:
+        if not item["ok"]:
+            problems.append(f"before the first section: {item['tag']} '{item['text']}' (only the opening text, "
+                            "the objectives and the run-time line belong there; tag set-up cells: tools/tag_cells.py)")
+    if report.get("chapter") and intro and not any(i.get("runtime") for i in intro):
+        problems.append("no run-time line before the first section (tools/chapterpage.py)")
+    for t in report.get("tables", []):
+        name = f"table {t['table']}" + (f" '{t['caption']}'" if t.get("caption") else "") + (
+            f" in '{t['section']}'" if t.get("section") else "")
+        if t["box_right"] > t["column_right"] + 1:
+            problems.append(f"{name}: its box reaches {t['box_right']} px, past the column's right edge "
+                            f"at {t['column_right']} px")
+        elif t["content"] > t["visible"] + 1 and not t["scrolls"]:
+            problems.append(f"{name} is {t['content']} px wide in a {t['visible']} px box that does not scroll")
+        for code in t.get("split", []):
+            problems.append(f"{name}: inline code '{code}' is split over two lines")
     for b in report.get("blocks", []):
         if desktop and b["content"] > b["column"] + 1:
             problems.append(f"{_block(b)} is {b['content']} px wide in a {b['column']} px column")
@@ -317,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pages:
         print(f"check_layout: no pages under {args.site}; build the book first")
         return 1
+    chapters = {p.resolve() for p in chapter_pages(args.site)}
     failed, measurements, summary = [], [], []
     with check_browser.ended_on_sigterm():
         browser = check_browser.Browser(chrome)
@@ -332,7 +441,12 @@ def main(argv: list[str] | None = None) -> int:
                         browser.close()
                         browser = check_browser.Browser(chrome)
                         report = measure(browser, page, width)
+                    report["chapter"] = page.resolve() in chapters
                     problems = problems_of(report)
+                    if page.stem in tag_cells.PENDING:  # not tagged yet (tools/tag_cells.py): noted, not failed
+                        for p in [p for p in problems if FIRST_SCREEN in p]:
+                            problems.remove(p)
+                            print(f"  (pending) {name} @ {width} px: {p}", flush=True)
                     measurements.append({"page": name, "width": width, **report})
                     if problems:
                         failed.append((name, width))
@@ -340,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"check_layout: {name} @ {width} px: {len(report['math'])} equations, "
                           f"{len(report.get('blocks', []))} code/output blocks, "
                           f"{len(report.get('figures', []))} figures, "
+                          f"{sum(1 for m in report['math'] if m.get('overflows'))} scrolling, "
                           f"{report.get('code_chars', '-')} characters per code line, "
                           f"{time.perf_counter() - start:.1f} s: {len(problems)} problem(s)", flush=True)
                     for p in problems:

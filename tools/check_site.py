@@ -11,7 +11,9 @@ and for chapter pages (built from notebooks) that
 - exercises' solutions are collapsed (a dropdown) and equations are numbered;
 - the book's own stylesheet (_static/companion.css) is linked and holds the layout rules that
   tools/check_layout.py measures in a browser: display maths scrolls sideways inside its own box
-  beside its number, and code cells fit an 88-character line at 1280 px.
+  beside its number, and code cells fit an 88-character line at 1280 px;
+- a chapter page has its run-time line under the objectives, and its Exercises section opens with the
+  difficulty legend (both written by tools/chapterpage.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class Refs(HTMLParser):
         self.widget_state = False
         self.solution_dropdowns = 0
         self.equation_numbers = 0
+        self.runtime_lines = 0
+        self.exercises_sections = 0
+        self.legends = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -49,6 +54,12 @@ class Refs(HTMLParser):
             self.solution_dropdowns += 1
         if tag == "span" and "eqno" in classes:
             self.equation_numbers += 1
+        if tag == "p" and "chapter-runtime" in classes:
+            self.runtime_lines += 1
+        if tag == "section" and a.get("id") == "exercises" or (tag == "section" and (a.get("id") or "").endswith("-exercises")):
+            self.exercises_sections += 1
+        if tag == "p" and "exercise-legend" in classes:
+            self.legends += 1
 
 
 # (selector, declaration) pairs that _static/companion.css must contain; see that file for the reasons.
@@ -59,7 +70,9 @@ REQUIRED_CSS = [
     ("div.math > span.eqno", "flex: none"),
     ("span.math > mjx-container", "overflow-x: auto"),
     ("div.cell div.cell_input pre", "font-size: 0.8125rem"),
-    ("figure > a.image-reference", "overflow-x: auto"),  # a wide figure keeps its width on a phone
+    ("article figure img", "max-width: 100%"),  # a figure is scaled to its column (issue 39, item 1)
+    ("article div.cell_output img", "max-width: 100%"),
+    ("table td code", "white-space: nowrap !important"),  # no identifier split in a table cell (item 7)
 ]
 
 
@@ -112,6 +125,12 @@ def main(site: Path) -> int:
                 problems.append(f"{rel}: has widget state but not the vendored widget manager")
             if "exercise" in page.read_text(errors="replace") and refs.solution_dropdowns == 0:
                 problems.append(f"{rel}: has exercises but no collapsed (dropdown) solution")
+            if refs.runtime_lines != 1:  # tools/chapterpage.py, from book/chapter_times.json (issue 39, item 4)
+                problems.append(f"{rel}: {refs.runtime_lines} run-time lines under the objectives (want 1)")
+            text = page.read_text(errors="replace")
+            if 'id="exercises"' in text and refs.legends == 0 and not re.search(
+                    r'id="exercises".{0,3000}?difficulty', text, re.S):
+                problems.append(f"{rel}: its Exercises section has no difficulty legend (tools/chapterpage.py)")
             if refs.equation_numbers == 0:
                 problems.append(f"{rel}: no numbered equation found")
             if not any(s.split("?")[0].endswith("_static/companion.css") for s in refs.styles):

@@ -1,0 +1,141 @@
+"""A Sphinx extension (loaded by _config.yml's ``local_extensions``): what every chapter page opens and closes with.
+
+Generated at build time from what the chapters hold, so nothing is typed by hand (issue 39):
+
+- **The run-time line.** Right before a chapter's first section (after its opening text and its
+  learning objectives) a one-line paragraph, ``Runs in about 15 s on a CPU (quick profile).``, from
+  the measured time of the chapter in ``book/chapter_times.json`` (written by conftest.py after a full
+  nbval run; tools/backmatter.py reads it for the instructor guide too). The file is a dependency of
+  every chapter page, so a new measurement rebuilds them. A chapter with no measurement says the
+  budget every chapter is held to (CONTRIBUTING.md: under 120 s).
+- **The book's run time** for the landing page: the MyST substitution ``{{ book_run_time }}``
+  (book/intro.md), the sum of the measured chapter times, with the range and the machine.
+- **The exercise-difficulty legend.** A chapter's ``Exercises`` section opens with the legend of the
+  ``[1]``/``[2]``/``[3]`` after each exercise title (chapter 1's wording), unless the chapter writes
+  its own (a paragraph before the first exercise that says "difficulty").
+
+tests/test_chapterpage.py checks each piece on a small document; tools/check_site.py checks the built
+pages carry them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+TIMES = Path("book") / "chapter_times.json"
+RUNTIME_CLASS = "chapter-runtime"
+LEGEND_CLASS = "exercise-legend"
+BUDGET_S = 120  # CONTRIBUTING.md, "Budget"
+LEGEND = ("Each exercise carries a difficulty in brackets after its title: 1 checks that you can apply the "
+          "chapter, 2 asks for a short derivation or a function of your own, 3 is a longer derivation or an "
+          "open experiment. Each has a worked solution; try first, then open it.")
+CHAPTER = re.compile(r"(?:^|/)(ch\d\d_[\w-]+)$")
+
+
+def load_times(path: Path) -> dict:
+    """The measurement record, or {} when there is none (or it cannot be read)."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec.get("seconds"), dict) else {}
+
+
+def about_seconds(s: float) -> str:
+    """A measured time as the text says it: to the nearest 5 s (at least 5 s), minutes from 2 min up."""
+    if s >= 120:
+        return f"about {round(s / 60)} min"
+    return f"about {max(5, int(5 * round(s / 5)))} s"
+
+
+def runtime_text(docname: str, rec: dict) -> str | None:
+    """The time line of chapter ``docname`` (``book/ch01_attention``), or None for a page that is no chapter."""
+    m = CHAPTER.search(docname)
+    if not m:
+        return None
+    seconds = rec.get("seconds", {}).get(m.group(1) + ".ipynb")
+    if seconds is None:
+        return f"Runs in under {BUDGET_S // 60} min on a CPU (quick profile)."
+    return f"Runs in {about_seconds(float(seconds))} on a CPU (quick profile)."
+
+
+def book_time_text(rec: dict) -> str:
+    """The landing page's sentence on how long the whole book takes to run."""
+    seconds = [float(s) for s in rec.get("seconds", {}).values()]
+    if not seconds:
+        return (f"Every chapter is held to under {BUDGET_S // 60} min on a two-core CPU in the quick profile; "
+                "no full run has been measured yet.")
+    total = sum(seconds)
+    cores = rec.get("cores")
+    where = f"a {cores}-core CPU" if cores else "a CPU"
+    minutes = max(1, round(total / 60))
+    detail = ", ".join(str(x) for x in (f"on an {rec['cpu']}" if rec.get("cpu") else "", rec.get("date")) if x)
+    return (f"Run one after another on {where} in the quick profile, the {len(seconds)} chapters take about "
+            f"{minutes} min in all, from {about_seconds(min(seconds))[6:]} to {about_seconds(max(seconds))[6:]} "
+            f"a chapter" + (f" (measured {detail})." if detail else "."))
+
+
+def _text(node) -> str:
+    return node.astext() if node is not None else ""
+
+
+def add_runtime(doctree, text: str) -> bool:
+    """Put the time line before the first section inside the page's top section; False when there is none."""
+    from docutils import nodes
+
+    top = next(iter(doctree.findall(nodes.section)), None)
+    if top is None or any(RUNTIME_CLASS in p.get("classes", []) for p in top.findall(nodes.paragraph)):
+        return False
+    para = nodes.paragraph(text, text, classes=[RUNTIME_CLASS])
+    for i, child in enumerate(top.children):
+        if isinstance(child, nodes.section):
+            top.insert(i, para)
+            return True
+    top.append(para)
+    return True
+
+
+def add_legend(doctree) -> bool:
+    """Open the Exercises section with the difficulty legend unless it has one; False when nothing changed."""
+    from docutils import nodes
+
+    for section in doctree.findall(nodes.section):
+        title = section.next_node(nodes.title)
+        if title is None or title.parent is not section or _text(title).strip() != "Exercises":
+            continue
+        for child in section.children[1:]:
+            if not isinstance(child, nodes.paragraph):
+                break  # the first exercise (or anything else): the chapter's own legend would come before
+            if "difficulty" in _text(child).lower():
+                return False
+        section.insert(section.index(title) + 1, nodes.paragraph(LEGEND, LEGEND, classes=[LEGEND_CLASS]))
+        return True
+    return False
+
+
+def _times_path(app) -> Path:
+    return Path(app.srcdir) / TIMES
+
+
+def _config_inited(app, config) -> None:
+    subs = dict(config.myst_substitutions or {}) if hasattr(config, "myst_substitutions") else {}
+    subs.setdefault("book_run_time", book_time_text(load_times(_times_path(app))))
+    config.myst_substitutions = subs
+
+
+def _doctree_read(app, doctree) -> None:
+    docname = app.env.docname
+    text = runtime_text(docname, load_times(_times_path(app)))
+    if text is None:
+        return
+    app.env.note_dependency(str(_times_path(app)))
+    add_runtime(doctree, text)
+    add_legend(doctree)
+
+
+def setup(app):
+    app.connect("config-inited", _config_inited)
+    app.connect("doctree-read", _doctree_read)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
