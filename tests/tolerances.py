@@ -95,6 +95,21 @@ def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: 
     return sides * e
 
 
+def logsumexp_atol(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None, rescales: int = 0, sides: int = 2,
+                   dtype: torch.dtype = torch.float32) -> float:
+    """Largest difference between two computations of logsumexp_j(scale q_i . k_j) over the keys a mask
+    allows, by the steps of ``attention_atol``: the scores are within Delta, which moves the result by at most
+    Delta (logsumexp is 1-Lipschitz in the max norm); the exps, the S-term sum and its rescalings are within
+    gamma_{S+5+5 rescales} relative, so log moves by at most that (log(1 + x) <= x); the log itself and the
+    max added back round once on |lse| <= max|s| + log S. Twice that for two computations (``sides``)."""
+    d, S = q.shape[-1], k.shape[-2]
+    scale = d ** -0.5 if scale is None else scale
+    smax = scale * q.detach().double().norm(dim=-1).max().item() * k.detach().double().norm(dim=-1).max().item()
+    delta = gamma(d + 2, dtype) * 2 * smax
+    e = delta + gamma(S + 5 + 5 * rescales, dtype) + 2 * U[dtype] * (smax + math.log(max(S, 1)))
+    return sides * e
+
+
 def float64_twin_atol(fn, *args, **kwargs) -> float:
     """``float32_paths_atol`` for ``fn(*args, **kwargs)`` against another float32 computation of the same
     function: runs ``fn`` once on the float32 arguments and once on float64 copies of them (modules
