@@ -259,7 +259,7 @@ def test_gradcheck_small():
     q, k, v, kwargs, _ = _problem(5, "cached_window", (2, 1), torch.float64, T=4, d=3, dv=2)
     inputs = [x.requires_grad_() for x in (q, k, v)]
     # float64 central differences with step eps = 1e-6 are off by eps^2 |f'''| / 6 ~ 1e-12 (truncation) plus
-    # u |f| / eps ~ 1e-10 (rounding, u = 2^-53): atol = 1e-6 bounds both with four orders of magnitude to spare
+    # u |f| / eps ~ 1e-10 (rounding, u = 2^-53): the 1e-6 below is a bound of both with 4 orders to spare
     assert torch.autograd.gradcheck(
         lambda a, b, c: tiled_attention(a, b, c, block_q=3, block_k=2, **kwargs), inputs, eps=1e-6, atol=1e-6  # float64 bound, derived above
     )
