@@ -295,6 +295,109 @@ def course_config(book_config: str, title: str, edition: str) -> str:
     return header + text
 
 
+_XREF = re.compile(r"\{(?P<role>ref|numref|eq|doc)\}`(?P<text>[^`]*)`")
+_CARD_LINK = re.compile(r"^:link:[ \t]*(?P<target>\S+)[ \t]*\n:link-type:[ \t]*(?P<kind>ref|doc)[ \t]*\n", re.M)
+_EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
+
+
+def _page_text(path: Path) -> str:
+    """What a page says in Markdown: a .md file, or a notebook's Markdown cells."""
+    if path.suffix != ".ipynb":
+        return path.read_text(encoding="utf-8")
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return "\n".join(_source(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def page_labels(text: str) -> dict[str, str]:
+    """The labels a page defines (``(name)=`` targets, ``:label:``/``:name:`` options, ``$$ (eq-name)``
+    equations), each with what a plain-text mention calls it: the heading right after a ``(name)=`` line,
+    else the label itself."""
+    labels = {}
+    for m in re.finditer(r"^\(([\w-]+)\)=[ \t]*\n(?:\s*\n)*(?:#+\s+(?P<title>[^\n]+))?", text, re.M):
+        labels[m.group(1)] = (m.group("title") or m.group(1)).strip()
+    for m in re.finditer(r"^\s*:(?:label|name):\s*([\w-]+)\s*$", text, re.M):
+        labels.setdefault(m.group(1), m.group(1))
+    for m in re.finditer(r"\$\$[ \t]*\(([\w-]+)\)", text):
+        labels.setdefault(m.group(1), m.group(1))
+    return labels
+
+
+def _page_title(text: str, fallback: str) -> str:
+    m = re.search(r"^#\s+(.+)$", text, re.M)
+    return m.group(1).strip() if m else fallback
+
+
+def plain_references(pages: dict[str, str], book_pages: dict[str, str]):
+    """A function that rewrites a page of the cut (Markdown) with every cross-reference to a page the cut
+    leaves out made plain text: ``{ref}`Chapter 2 <ch-positions>``` becomes "Chapter 2", ``{ref}`glossary```
+    the glossary page's heading, ``{eq}``/``{numref}`` without a text (or a numbered one, "Figure %s") "an
+    equation/a figure of <its chapter's title>", ``{doc}`` its title; a grid card's ``:link:`` to such a
+    page is dropped (the card stays). A target defined in the cut, or nowhere in the book (a form
+    this does not recognise), is left as it is. ``pages``: the cut's pages, ``book_pages``: every page of
+    the book, each name -> Markdown."""
+    here = {label for text in pages.values() for label in page_labels(text)}
+    away: dict[str, tuple[str, str]] = {}  # label -> (plain text, the page's title)
+    titles = {}
+    for name, text in book_pages.items():
+        titles[name] = _page_title(text, name)
+        if name in pages:
+            continue
+        for label, shown in page_labels(text).items():
+            if label not in here:
+                away.setdefault(label, (shown, titles[name]))
+
+    def plain(m: re.Match) -> str:
+        role, text = m.group("role"), m.group("text")
+        explicit = _EXPLICIT.match(text)
+        target = (explicit.group("target") if explicit else text).strip()
+        if role == "doc":
+            name = Path(target).name
+            if name in pages or name not in book_pages:
+                return m.group(0)
+            return explicit.group("text") if explicit else titles[name]
+        if target not in away:
+            return m.group(0)
+        shown, page = away[target]
+        if explicit and not re.search(r"%s|\{number\}", explicit.group("text")):  # "Figure %s": numbered
+            return explicit.group("text")
+        return {"eq": f"an equation of {page}", "numref": f"a figure of {page}"}.get(role, shown)
+
+    def card(m: re.Match) -> str:  # a grid card's link to a page left out: the card stays, unlinked
+        target, kind = m.group("target"), m.group("kind")
+        gone = Path(target).name not in pages and Path(target).name in book_pages if kind == "doc" else target in away
+        return "" if gone else m.group(0)
+
+    return lambda text: _CARD_LINK.sub(card, _XREF.sub(plain, text))
+
+
+def degrade_references(course_book: Path, book: Path) -> None:
+    """Rewrite the pages in ``course_book`` (the course's book/ folder) with ``plain_references``: a cut
+    course builds with no "undefined label" warning for the chapters and pages it leaves out."""
+    files = {p.stem: p for p in sorted(course_book.iterdir()) if p.suffix in (".md", ".ipynb")}
+    book_pages = {p.stem: _page_text(p) for p in sorted(book.iterdir()) if p.suffix in (".md", ".ipynb")}
+    plain = plain_references({name: _page_text(path) for name, path in files.items()}, book_pages)
+    for path in files.values():
+        if path.suffix == ".md":
+            path.write_text(plain(path.read_text(encoding="utf-8")), encoding="utf-8")
+            continue
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                cell["source"] = plain(_source(cell))
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def local_extensions(config: str) -> list[str]:
+    """The files of the Sphinx extensions the book's _config.yml loads from its own folders
+    (``local_extensions: {name: tools/}`` -> ``tools/name.py``): the course needs each of them."""
+    block = re.search(r"^(?P<indent>[ \t]*)local_extensions:[ \t]*\n(?P<body>(?:(?P=indent)[ \t]+.*\n|[ \t]*\n)*)",
+                      config, re.M)
+    if not block:
+        return []
+    return [f"{folder.rstrip('/')}/{name}.py"
+            for name, folder in re.findall(r"^[ \t]+([\w.]+):[ \t]*([^\s#]+)", block.group("body"), re.M)]
+
+
 # What the course reads from the book's root: --out may not be, or lie inside, any of them.
 SOURCES = ("book", "_static", "tools", "_vendor", "companion")
 RECORD = ".course-files.json"  # in OUT: the SHA-256 of every file the last cut wrote there
@@ -430,6 +533,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+VENDORED = ("mathjax/tex-chtml.js", "widgets/embed-amd.js", "widgets/require.js/require.js", "widgets/book-shims.js")
+
+
+def _vendored(book: Path, ap: argparse.ArgumentParser) -> None:
+    """Make sure the book's _vendor/site holds the MathJax and widget JavaScript its _config.yml loads
+    (tools/vendor_assets.py, as ``make book`` does; once, it needs the network), so that the course,
+    which copies it, renders maths and widgets offline. A book whose config loads none is left alone."""
+    site = book / "_vendor" / "site" / "vendor"
+    if "_vendor/site" not in (book / "_config.yml").read_text() or all((site / f).is_file() for f in VENDORED):
+        return
+    script = book / "tools" / "vendor_assets.py"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_course_vendor_assets", script)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(book / "_vendor")
+    except (SystemExit, OSError, AttributeError) as e:
+        ap.error(f"the course needs the book's MathJax and widget JavaScript in {site} (its _config.yml loads "
+                 f"them from there; without them the site shows raw TeX and no widgets), and {script} could not "
+                 f"make them: {e}. Run `make book` (or python tools/vendor_assets.py _vendor) once with network "
+                 "access, then cut the course again")
+
+
 def _cut(args, chapters: list[Path], out: Path, final: Path, ap: argparse.ArgumentParser) -> str:
     """Write the course into the empty folder ``out``; returns the line that reports it (naming ``final``,
     where it is merged)."""
@@ -464,16 +592,20 @@ def _cut(args, chapters: list[Path], out: Path, final: Path, ap: argparse.Argume
     (out / "_toc.yml").write_text(toc)
     title = args.title or f"Attention, from Translation to Serving ({kind} edition)"
     (out / "_config.yml").write_text(course_config((args.book / "_config.yml").read_text(), title, kind))
-    # What the book's _config.yml refers to: its stylesheet, its local Sphinx extensions and the
-    # vendored MathJax and widget JavaScript (made by `make book`; without them the course site
-    # needs a network).
-    for extra in ("_static", "tools/bibstyle.py", "tools/sitefix.py", "_vendor/site"):
+    # What the book's _config.yml refers to: its stylesheet, its local Sphinx extensions (and the
+    # chapter times one of them reads) and the vendored MathJax and widget JavaScript (made by
+    # tools/vendor_assets.py, run here when `make book` has not; without them the course site shows
+    # raw TeX and no widgets).
+    config = (args.book / "_config.yml").read_text()
+    _vendored(args.book, ap)
+    for extra in ("_static", *local_extensions(config), "book/chapter_times.json", "_vendor/site"):
         src = args.book / extra
         if src.is_dir():
             shutil.copytree(src, out / extra, dirs_exist_ok=True)
         elif src.exists():
             (out / extra).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out / extra)
+    degrade_references(out / "book", args.book / "book")  # links to chapters not in the cut: plain text
     (out / "README.md").write_text(
         f"# {title}\n\nChapters: {', '.join(c.stem for c in chapters)}.\n\n"
         + ("Student edition: each worked solution is replaced by a stub that reports \"not done yet\".\n"

@@ -276,3 +276,84 @@ def test_force_keeps_a_notebook_edited_since_the_cut_and_removes_only_unedited_f
     assert course.main(["--chapters", "2", *cut, "--force"]) == 0
     assert not mine.exists() and not (out / "previous-2").exists()
     assert (out / "book" / "ch02_small.ipynb").is_file()
+
+
+# Issue 40, item 15: a cut course builds offline with maths and widgets, and with 0 warnings.
+
+
+def _vendored_in_book() -> bool:
+    return (ROOT / "_vendor" / "site" / "vendor" / "mathjax" / "tex-chtml.js").is_file()
+
+
+@pytest.mark.skipif(not _vendored_in_book(), reason="the book's _vendor/ is made by `make book` / `make test` "
+                                                      "(tools/vendor_assets.py, network once)")
+def test_a_cut_course_holds_everything_its_config_loads(tmp_path):
+    import yaml
+
+    out = tmp_path / "course"
+    assert course.main(["--chapters", "1", "--student", "--out", str(out)]) == 0
+    config = yaml.safe_load((out / "_config.yml").read_text())
+    sphinx = config["sphinx"]
+    for name, folder in sphinx["local_extensions"].items():  # chapterpage was missing: the build failed
+        assert (out / folder / f"{name}.py").is_file(), name
+    assert (out / "book" / "chapter_times.json").is_file()  # what chapterpage reads
+    (extra,) = sphinx["config"]["html_extra_path"]
+    static = Path("_static")  # mathjax_path and the widget scripts are relative to the HTML's _static/
+    for script in [sphinx["config"]["mathjax_path"], *sphinx["config"]["nb_ipywidgets_js"]]:
+        in_html = os.path.normpath(static / script)  # e.g. vendor/mathjax/tex-chtml.js
+        assert (out / extra / in_html).is_file(), script
+    assert "_vendor" in config["exclude_patterns"]
+
+
+def test_references_to_pages_left_out_become_plain_text():
+    pages = {"ch01_a": "(ch-a)=\n# Attention\n\nSee {ref}`Chapter 2 <ch-b>`, {ref}`ch-b`, {eq}`eq-b`, "
+                       "{numref}`Figure %s <fig-b>`, {doc}`ch02_b`, {ref}`the glossary <glossary>`, "
+                       "{ref}`ch-a`, {eq}`eq-a` and {ref}`unknown`.\n\n$$ x $$ (eq-a)\n"}
+    book = {**pages, "ch02_b": "(ch-b)=\n# Positions\n\n$$ y $$ (eq-b)\n\n```{figure} f.png\n:name: fig-b\n```\n",
+            "glossary": "(glossary)=\n# Glossary\n"}
+    plain = course.plain_references(pages, book)
+    card = ":::{grid-item-card} Start\n:link: %s\n:link-type: %s\nText\n:::\n"
+    assert plain(card % ("ch-b", "ref")) == ":::{grid-item-card} Start\nText\n:::\n"  # unlinked, kept
+    assert plain(card % ("ch02_b", "doc")) == ":::{grid-item-card} Start\nText\n:::\n"
+    assert plain(card % ("ch-a", "ref")) == card % ("ch-a", "ref")
+    assert plain(pages["ch01_a"]) == (
+        "(ch-a)=\n# Attention\n\nSee Chapter 2, Positions, an equation of Positions, a figure of Positions, Positions, the "
+        "glossary, {ref}`ch-a`, {eq}`eq-a` and {ref}`unknown`.\n\n$$ x $$ (eq-a)\n")
+
+
+def test_a_cut_chapter_refers_only_to_what_the_cut_holds(tmp_path):
+    out = tmp_path / "course"
+    (ROOT / "_vendor").exists() or pytest.skip("needs the book's _vendor/ (make book)")
+    assert course.main(["--chapters", "1,13", "--out", str(out)]) == 0
+    pages = {p.stem: course._page_text(p) for p in (out / "book").iterdir() if p.suffix in (".md", ".ipynb")}
+    defined = {label for text in pages.values() for label in course.page_labels(text)}
+    book = {p.stem: course._page_text(p) for p in (ROOT / "book").iterdir() if p.suffix in (".md", ".ipynb")}
+    everywhere = {label for text in book.values() for label in course.page_labels(text)}
+    for name, text in pages.items():
+        for m in course._XREF.finditer(text):
+            explicit = course._EXPLICIT.match(m.group("text"))
+            target = (explicit.group("target") if explicit else m.group("text")).strip()
+            if m.group("role") == "doc":
+                assert Path(target).name in pages, (name, m.group(0))
+            elif target in everywhere:
+                assert target in defined, (name, m.group(0))
+        for m in course._CARD_LINK.finditer(text):  # intro.md's "Start reading" card linked ch-attention
+            target = m.group("target")
+            assert (Path(target).name in pages) if m.group("kind") == "doc" else (target in defined), m.group(0)
+    assert "Chapter 2 is about" in pages["ch01_attention"]  # was {ref}`Chapter 2 <ch-positions>`
+    assert "{doc}`1 <ch01_attention>`" in pages["ch13_capstone"]  # in the cut: kept
+    assert "{doc}`ch04_gpt`" not in pages["ch13_capstone"] and "{doc}`2 <ch02_positions>`" not in \
+        pages["ch13_capstone"]
+
+
+def test_vendored_assets_that_cannot_be_made_refuse_the_cut(tmp_path, capsys):
+    book = tmp_path / "book_root"
+    (book / "tools").mkdir(parents=True)
+    (book / "tools" / "vendor_assets.py").write_text("import sys\ndef main(root):\n    sys.exit('no network')\n")
+    (book / "_config.yml").write_text("sphinx:\n  config:\n    html_extra_path: [_vendor/site]\n")
+    import argparse
+
+    with pytest.raises(SystemExit):
+        course._vendored(book, argparse.ArgumentParser(prog="course"))
+    err = capsys.readouterr().err
+    assert "the course needs the book's MathJax and widget JavaScript in" in err and "no network" in err
