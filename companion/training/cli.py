@@ -465,8 +465,6 @@ def cmd_sample(args) -> int:
     translating = args.command == "translate"
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
-    import torch
-
     if args.beam_size is not None and args.beam_size < 1:
         raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
     if not translating and not (math.isfinite(args.temperature) and args.temperature >= 0):
