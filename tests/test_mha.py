@@ -6,10 +6,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tolerances import float64_twin_atol
+
 from companion.kernels.attend import attend
 from companion.cache import ContiguousLayerCache
 from companion.mha import MultiHeadAttention, position_mask
 from companion.positions import RotaryEmbedding, alibi_slopes
+
+
+def _call(m, x, *args, **kwargs):
+    return m(x, *args, **kwargs)
+
+
+# tolerances: the layer against _manual (or one path of the layer against another) are two float32
+# computations of one function; float64_twin_atol bounds their difference by 4 times the layer's own float32
+# error, measured against its float64 twin, plus 8 ulps (tests/tolerances.py, float32_paths_atol)
 
 
 def _manual(m: MultiHeadAttention, x, allowed, sinks=None, bias=None, memory=None):
@@ -50,7 +61,7 @@ def test_gqa_matches_manual(h, g, backend):
     torch.manual_seed(0)
     m = MultiHeadAttention(32, h, g, bias=True, backend=backend)
     x = torch.randn(2, 6, 32)
-    torch.testing.assert_close(m(x), _manual(m, x, torch.ones(6, 6).tril().bool()), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x), _manual(m, x, torch.ones(6, 6).tril().bool()), atol=float64_twin_atol(_call, m, x), rtol=0)
 
 
 def test_fused_and_separate_projections_agree():
@@ -71,7 +82,7 @@ def test_sliding_window_keep_and_padding_masks():
     x = torch.randn(2, 8, 16)
     p = torch.arange(8)
     allowed = (p[None] <= p[:, None]) & (((p[:, None] - p[None]) < 3) | (p[None] < 1))
-    torch.testing.assert_close(m(x), _manual(m, x, allowed), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x), _manual(m, x, allowed), atol=float64_twin_atol(_call, m, x), rtol=0)
     assert torch.equal(position_mask(p, p, window=3, keep=1), allowed)
     # padding: extra key mask combined with the causal mask
     pad = torch.ones(2, 1, 1, 8, dtype=torch.bool)
@@ -79,7 +90,7 @@ def test_sliding_window_keep_and_padding_masks():
     m2 = MultiHeadAttention(16, 2, backend="sdpa")
     out = m2(x, mask=pad)
     ref = _manual(m2, x, torch.ones(8, 8).tril().bool() & pad[:, 0])
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, ref, atol=float64_twin_atol(_call, m2, x, mask=pad), rtol=0)
 
 
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
@@ -90,7 +101,7 @@ def test_sinks_in_the_denominator(backend):
         m.sinks.copy_(torch.tensor([-1.0, 0.0, 2.0, 5.0]))
     x = torch.randn(2, 5, 16)
     ref = _manual(m, x, torch.ones(5, 5).tril().bool(), sinks=m.sinks)
-    torch.testing.assert_close(m(x), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x), ref, atol=float64_twin_atol(_call, m, x), rtol=0)
     m(x).sum().backward()
     assert m.sinks.grad is not None and m.sinks.grad.abs().sum() > 0
 
@@ -102,7 +113,8 @@ def test_alibi_bias(backend):
     x = torch.randn(1, 6, 16)
     p = torch.arange(6)
     bias = -alibi_slopes(4)[:, None, None] * (p[:, None] - p[None]).abs()
-    torch.testing.assert_close(m(x), _manual(m, x, torch.ones(6, 6).tril().bool(), bias=bias), atol=1e-5, rtol=1e-5)
+    atol = float64_twin_atol(_call, m, x)
+    torch.testing.assert_close(m(x), _manual(m, x, torch.ones(6, 6).tril().bool(), bias=bias), atol=atol, rtol=0)
 
 
 def test_cross_attention_with_padding():
@@ -112,7 +124,8 @@ def test_cross_attention_with_padding():
     pad = torch.ones(2, 1, 1, 7, dtype=torch.bool)
     pad[0, ..., 4:] = False
     ref = _manual(m, x, pad[:, 0].expand(2, 3, 7), memory=mem)
-    torch.testing.assert_close(m(x, memory=mem, mask=pad), ref, atol=1e-5, rtol=1e-5)
+    atol = float64_twin_atol(_call, m, x, memory=mem, mask=pad)
+    torch.testing.assert_close(m(x, memory=mem, mask=pad), ref, atol=atol, rtol=0)
     with pytest.raises(ValueError, match="memory"):
         m(x)
 
@@ -122,7 +135,7 @@ def test_permutation_equivariance_without_positions_or_mask():
     m = MultiHeadAttention(16, 4, 2, causal=False)
     x = torch.randn(2, 7, 16)
     perm = torch.randperm(7)
-    torch.testing.assert_close(m(x)[:, perm], m(x[:, perm]), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(m(x)[:, perm], m(x[:, perm]), atol=float64_twin_atol(_call, m, x), rtol=0)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(window=3), dict(window=2, keep=2), dict(sinks=True), dict(alibi=True)])
@@ -133,7 +146,7 @@ def test_cached_decoding_equals_full_forward(kw):
     x = torch.randn(2, 10, 32)
     cache = ContiguousLayerCache(window=kw.get("window"), keep=kw.get("keep", 0))
     outs = [m(x[:, :4], cache=cache)] + [m(x[:, t : t + 1], cache=cache) for t in range(4, 10)]
-    torch.testing.assert_close(torch.cat(outs, 1), m(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(outs, 1), m(x), atol=float64_twin_atol(_call, m, x), rtol=0)
     if "window" in kw:  # the windowed cache holds at most keep + window - 1 rows
         assert cache.stored <= kw["window"] - 1 + kw.get("keep", 0)
 
@@ -289,7 +302,8 @@ def test_options_set_on_a_built_layer_choose_the_path_again():
     out = layer(x)
     assert torch.allclose(out, layer(x, mask=full))
     assert not torch.allclose(out[:, :-1], causal_out[:, :-1], atol=1e-4)
-    assert torch.allclose(out[:, -1], causal_out[:, -1], atol=1e-5)  # the last row read everything anyway
+    # the last row read everything anyway: two float32 paths (causal and full), tests/tolerances.py
+    assert torch.allclose(out[:, -1], causal_out[:, -1], atol=float64_twin_atol(_call, layer, x), rtol=0)
     layer.causal = True
     layer.window = 2
     windowed = layer(x)
