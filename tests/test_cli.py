@@ -41,8 +41,8 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 def test_every_option_is_explained_and_other_commands_remain():
     parsers = subparsers()
-    assert {"train", "sample", "generate", "bench-serve"} <= set(parsers)
-    for name in ("train", "sample"):
+    assert {"train", "sample", "translate", "generate", "bench-serve"} <= set(parsers)
+    for name in ("train", "sample", "translate"):
         for action in parsers[name]._actions:
             if action.dest == "help":
                 continue

@@ -249,3 +249,4 @@ def test_seq2seq_presets_have_one_name(tmp_path, capsys):
                  "--no-progress", "--no-compile", "--out", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert "note: --preset tiny is called seq2seq-tiny on the command line; using seq2seq-tiny" in err
+    assert f"(translate with: python -m companion translate --checkpoint {tmp_path / 'r'}" in err

@@ -372,7 +372,8 @@ def _train(args) -> int:
               + (f", validation loss {val:.4f}" if val is not None else ", no validation run (see --eval-every)"),
               file=sys.stderr)
         if summary["checkpoint"]:
-            print(f"checkpoints in {summary['checkpoint']} (sample with: python -m companion sample "
+            verb = "translate" if args.preset.startswith(SEQ2SEQ_PREFIX) else "sample"
+            print(f"checkpoints in {summary['checkpoint']} ({verb} with: python -m companion {verb} "
                   f"--checkpoint {summary['checkpoint']} --prompt ...)", file=sys.stderr)
         else:
             print("no checkpoint written (pass --out DIR to keep the model)", file=sys.stderr)
