@@ -6,6 +6,15 @@ import torch
 from companion.cache import ContiguousLayerCache
 from companion.mla import MultiHeadLatentAttention
 from companion.moe import MoE
+from tolerances import float64_twin_atol
+
+# tolerances: a layer against its dense or written-out formulation (or one path of it against another) are
+# two float32 computations of one function, within float64_twin_atol of each other: 4 times the layer's own
+# float32 error, measured against its float64 twin, plus 8 ulps (tests/tolerances.py, float32_paths_atol)
+
+
+def _call(m, x):
+    return m(x)
 
 
 def _dense_moe(moe: MoE, x):
@@ -27,7 +36,7 @@ def test_moe_matches_dense_formulation(router, shared, balancing):
     if balancing:
         moe.balance_bias.copy_(torch.randn(6) * 0.1)
     x = torch.randn(40, 16)
-    torch.testing.assert_close(moe(x), _dense_moe(moe, x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(moe(x), _dense_moe(moe, x), atol=float64_twin_atol(_call, moe, x), rtol=0)
     assert moe.last_load.sum().item() == 40 * 2
 
 
@@ -69,12 +78,12 @@ def test_mla_absorbed_equals_expanded_and_cache(q_rank):
     torch.manual_seed(2)
     m = MultiHeadLatentAttention(32, 4, kv_rank=12, q_rank=q_rank, head_dim=8, rope_dim=4, v_head_dim=6)
     x = torch.randn(2, 9, 32)
-    expanded = m(x)
+    expanded, atol = m(x), float64_twin_atol(_call, m, x)
     m.absorbed = True
-    torch.testing.assert_close(m(x), expanded, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x), expanded, atol=atol, rtol=0)
     cache = ContiguousLayerCache()
     outs = [m(x[:, :5], cache=cache)] + [m(x[:, t : t + 1], cache=cache) for t in range(5, 9)]
-    torch.testing.assert_close(torch.cat(outs, 1), expanded, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(outs, 1), expanded, atol=atol, rtol=0)
     c, k_r = cache.rows
     assert c.shape == (2, 9, 12) and k_r.shape == (2, 9, 4)  # d_c + d_R per token, not 2 h d_h
 
@@ -94,7 +103,7 @@ def test_mla_scores_written_out():
         s = (q_c[:, i] @ kc.transpose(1, 2) + q_r[:, i] @ k_r.transpose(1, 2)) / (4 + 2) ** 0.5
         s = s.masked_fill(~torch.ones(5, 5).tril().bool(), float("-inf"))
         out.append(s.softmax(-1) @ v)
-    torch.testing.assert_close(m(x), m.out(torch.cat(out, -1)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m(x), m.out(torch.cat(out, -1)), atol=float64_twin_atol(_call, m, x), rtol=0)
 
 
 def _deepseek_v3_gates(moe: MoE, x):
@@ -114,6 +123,11 @@ def _deepseek_v3_gates(moe: MoE, x):
     return out
 
 
+def _gates(moe: MoE, x):
+    ids, gates, _ = moe.route(x)
+    return torch.zeros(x.shape[0], moe.n_experts, dtype=x.dtype).scatter(-1, ids, gates)
+
+
 @pytest.mark.parametrize(
     "groups,topk_groups,norm,scale", [(1, 1, True, 1.0), (4, 2, True, 2.5), (4, 1, False, 1.0), (2, 1, False, 1.5)]
 )
@@ -125,13 +139,14 @@ def test_deepseek_v3_routing_matches_written_out_rule(groups, topk_groups, norm,
     x = torch.randn(30, 16)
     ids, gates, _ = moe.route(x)
     dense = torch.zeros(30, 8).scatter(-1, ids, gates)
-    torch.testing.assert_close(dense, _deepseek_v3_gates(moe, x), atol=1e-6, rtol=1e-6)
+    atol = float64_twin_atol(_gates, moe, x)  # the router against the rule written out: two float32 computations
+    torch.testing.assert_close(dense, _deepseek_v3_gates(moe, x), atol=atol, rtol=0)
     if topk_groups < groups:  # the group limit binds: some token's plain top k would leave its groups
         plain = (torch.sigmoid(x @ moe.router.weight.T) + moe.balance_bias).topk(2, -1).indices
         assert not torch.equal(plain.sort(-1).values, ids.sort(-1).values)
     y = moe(x)  # and the layer output is the gate-weighted sum of the experts plus the shared one
     ref = sum(dense[:, e : e + 1] * ex(x) for e, ex in enumerate(moe.experts)) + moe.shared[0](x)
-    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(y, ref, atol=float64_twin_atol(_call, moe, x), rtol=0)
 
 
 def test_moe_routing_options_validated():

@@ -55,7 +55,6 @@ TESTS_ALLOWED: dict[str, tuple[int, str]] = {
     "test_engine_kernels.py": (2, _NOT_YET),
     "test_generate.py": (4, _NOT_YET),
     "test_losses.py": (2, _NOT_YET),
-    "test_moe_mla.py": (6, _NOT_YET),
     "test_optim.py": (3, _NOT_YET),
     "test_paged.py": (6, _NOT_YET),
     "test_properties.py": (5, _NOT_YET),
