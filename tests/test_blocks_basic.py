@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import reduction_atol
+from tolerances import U, gamma, reduction_atol
 
 from companion.feedforward import MLP, SwiGLU, make_ffn, swiglu_hidden
 from companion.norms import LayerNorm, RMSNorm, make_norm
@@ -96,7 +96,12 @@ def test_rope_is_a_pairwise_rotation(scaling, factor):
     rope = RotaryEmbedding(8, base=100.0, scaling=scaling, factor=factor, original_max_len=32)
     x = torch.randn(2, 5, 8)
     pos = torch.tensor([0, 3, 7, 20, 63])
-    torch.testing.assert_close(rope(x, pos), _rope_by_pairs(x, pos, rope.inv_freq, rope.mscale), atol=1e-5, rtol=1e-5)
+    # bound (tolerances.U = 2^-24): each side rounds the angle m theta_i once (U times the largest angle A,
+    # which moves cos and sin by as much), cos / sin within 4 ulps, then the scale, two products and a sum:
+    # each output is within mscale (|x1| + |x2|) (U A + gamma_8) of exact, so the two within twice that
+    A = pos.max().item() * rope.inv_freq.max().item()
+    atol = 2 * rope.mscale * 2 * x.abs().max().item() * (U[torch.float32] * A + gamma(8))
+    torch.testing.assert_close(rope(x, pos), _rope_by_pairs(x, pos, rope.inv_freq, rope.mscale), atol=atol, rtol=0)
 
 
 def test_rope_relative_position_property():
