@@ -15,13 +15,24 @@ What this module provides
   pair against the plain one, and the rotary score of a vector with itself at each offset,
   <R_m q, R_0 q> / |q|^2, with the trained length marked.
 
+- ``softmax_temperature_frames`` and ``sampling_frames``: the same pictures pre-drawn for a grid of
+  slider positions, as a ``FramePlayer``: HTML sliders that switch between the frames in the browser.
+  The rendered book has no kernel, so a live widget's slider there moves its number but never its
+  plot; the frames are what the static page shows (the live widget stays in the notebook).
+
 The explorers are thin: the numbers they show come from ``companion.attention``.
 """
 
 from __future__ import annotations
 
+import base64
+import html
+import io
+import itertools
+import json
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import matplotlib.pyplot as plt
 import torch
@@ -30,7 +41,9 @@ from companion.attention import stable_softmax
 from companion.inference.generate import filter_logits
 from companion.positions import sinusoidal_table
 
-__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer"]
+__all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer",
+           "FramePlayer", "frame_player", "softmax_temperature_frames", "sampling_frames", "positional_encoding_frames",
+           "rope_frequency_frames"]
 
 
 def _controls() -> dict:
@@ -69,17 +82,22 @@ def softmax_temperature_explorer(
         raise ValueError(f"labels must have {s.numel()} entries; got {len(names)}")
 
     def draw(scale: float) -> None:
-        w = stable_softmax(scale * s)
-        fig, ax = plt.subplots(figsize=(5.0, 2.6))
-        ax.bar(names, w.numpy(), color="tab:blue")
-        _fit_ylim(ax, w.numpy())
-        ax.set_ylabel("weight")
-        ax.set_title(f"softmax({scale:.2f} x scores): max weight {float(w.max()):.3f}")
+        _softmax_figure(s, names, scale)
         plt.show()
 
     slider = widgets.FloatSlider(value=scale, min=lo, max=hi, step=0.05, description="scale",
                                  continuous_update=False, **_controls())
     return widgets.interactive(draw, scale=slider)
+
+
+def _softmax_figure(s: torch.Tensor, names: list[str], scale: float):
+    w = stable_softmax(scale * s)
+    fig, ax = plt.subplots(figsize=(5.0, 2.6))
+    ax.bar(names, w.numpy(), color="tab:blue")
+    _fit_ylim(ax, w.numpy())
+    ax.set_ylabel("weight")
+    ax.set_title(f"softmax({scale:.2f} x scores): max weight {float(w.max()):.3f}")
+    return fig
 
 
 def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float = 10000.0):
@@ -94,19 +112,7 @@ def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float
     table = sinusoidal_table(torch.arange(max_len), d, base).double()  # (max_len, d)
 
     def draw(position: int, pair: int) -> None:
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
-        ax1.bar(range(d), table[position].numpy(), color=["tab:blue", "tab:orange"] * (d // 2))
-        ax1.set_ylim(-1.1, 1.1)
-        ax1.set_xlabel("channel (blue: sin, orange: cos)")
-        ax1.set_title(f"PE[{position}]")
-        wavelength = 2 * math.pi * base ** (2 * pair / d)
-        ax2.plot(table[:, 2 * pair].numpy(), label="sin")
-        ax2.plot(table[:, 2 * pair + 1].numpy(), label="cos")
-        ax2.axvline(position, color="k", lw=0.8)
-        ax2.set_xlabel("position")
-        ax2.set_title(f"pair {pair}: wavelength {wavelength:,.1f} positions")
-        ax2.legend(loc="upper right")
-        fig.tight_layout()
+        _positional_figure(table, base, position, pair)
         plt.show()
 
     pos = widgets.IntSlider(value=10, min=0, max=max_len - 1, description="position", continuous_update=False,
@@ -114,6 +120,24 @@ def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float
     pair = widgets.IntSlider(value=0, min=0, max=d // 2 - 1, description="pair i", continuous_update=False,
                              **_controls())
     return widgets.interactive(draw, position=pos, pair=pair)
+
+
+def _positional_figure(table: torch.Tensor, base: float, position: int, pair: int):
+    d = table.shape[1]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+    ax1.bar(range(d), table[position].numpy(), color=["tab:blue", "tab:orange"] * (d // 2))
+    ax1.set_ylim(-1.1, 1.1)
+    ax1.set_xlabel("channel (blue: sin, orange: cos)")
+    ax1.set_title(f"PE[{position}]")
+    wavelength = 2 * math.pi * base ** (2 * pair / d)
+    ax2.plot(table[:, 2 * pair].numpy(), label="sin")
+    ax2.plot(table[:, 2 * pair + 1].numpy(), label="cos")
+    ax2.axvline(position, color="k", lw=0.8)
+    ax2.set_xlabel("position")
+    ax2.set_title(f"pair {pair}: wavelength {wavelength:,.1f} positions")
+    ax2.legend(loc="upper right")
+    fig.tight_layout()
+    return fig
 
 
 def sampling_explorer(
@@ -139,13 +163,7 @@ def sampling_explorer(
     names = [repr(labels[int(i)]).strip("'") for i in order]
 
     def draw(temperature: float, top_p: float) -> None:
-        probs = torch.softmax(filter_logits(z, temperature, None, top_p), dim=-1)
-        kept = int((probs > 0).sum())
-        fig, ax = plt.subplots(figsize=(6.0, 2.6))
-        ax.bar(names, probs[order].numpy(), color=["tab:blue" if probs[i] > 0 else "lightgrey" for i in order])
-        _fit_ylim(ax, probs[order].numpy())
-        ax.set_ylabel("probability")
-        ax.set_title(f"temperature {temperature:.2f}, top-p {top_p:.2f}: {kept} tokens can be drawn")
+        _sampling_figure(z, order, names, temperature, top_p)
         plt.show()
 
     t_slider = widgets.FloatSlider(value=temperature, min=0.1, max=2.0, step=0.05, description="temperature",
@@ -153,6 +171,17 @@ def sampling_explorer(
     p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p",
                                    continuous_update=False, **_controls())
     return widgets.interactive(draw, temperature=t_slider, top_p=p_slider)
+
+
+def _sampling_figure(z: torch.Tensor, order: torch.Tensor, names: list[str], temperature: float, top_p: float):
+    probs = torch.softmax(filter_logits(z, temperature, None, top_p), dim=-1)
+    kept = int((probs > 0).sum())
+    fig, ax = plt.subplots(figsize=(6.0, 2.6))
+    ax.bar(names, probs[order].numpy(), color=["tab:blue" if probs[i] > 0 else "lightgrey" for i in order])
+    _fit_ylim(ax, probs[order].numpy())
+    ax.set_ylabel("probability")
+    ax.set_title(f"temperature {temperature:.2f}, top-p {top_p:.2f}: {kept} tokens can be drawn")
+    return fig
 
 
 ROPE_EXPLORER_SCHEMES = ("none", "pi", "ntk", "yarn", "llama3")
@@ -171,8 +200,6 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
     never saw lie to its right."""
     import ipywidgets as widgets
 
-    from companion.positions import rope_inverse_frequencies, rope_turns
-
     if head_dim < 4 or head_dim % 2:
         raise ValueError(f"head_dim must be even and >= 4; got {head_dim}")
     if not 2 <= trained_len < max_len:
@@ -181,28 +208,9 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
         raise ValueError(f"scheme must be one of {ROPE_EXPLORER_SCHEMES}; got {scheme!r}")
     if not (1.0 <= factor <= 16.0 and 10.0 <= base <= 1e7):
         raise ValueError(f"factor must be in [1, 16] and base in [10, 1e7]; got {factor}, {base}")
-    offsets = torch.arange(max_len, dtype=torch.float64)
 
     def draw(log10_base: float, scheme: str, factor: float) -> None:
-        b = 10.0 ** log10_base
-        plain, _ = rope_inverse_frequencies(head_dim, b)
-        scaling = None if scheme == "none" else scheme
-        theta, temperature = rope_inverse_frequencies(head_dim, b, scaling, factor, trained_len)
-        score = temperature**2 * torch.cos(offsets[:, None] * theta.double()).mean(-1)  # (max_len,)
-        turning = int((rope_turns(theta, trained_len) >= 1).sum())
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
-        pairs = range(head_dim // 2)
-        ax1.semilogy(pairs, plain.numpy(), "o", color="lightgrey", label="plain")
-        ax1.semilogy(pairs, theta.numpy(), ".", color="tab:blue", label=scheme)
-        ax1.set_xlabel("pair $r$")
-        ax1.set_ylabel(r"$\omega_r$ (radians / position)")
-        ax1.set_title(f"base {b:,.0f}: {turning} of {head_dim // 2} pairs turn within {trained_len}")
-        ax1.legend(loc="upper right", fontsize=8)
-        ax2.plot(offsets.numpy(), score.numpy(), color="tab:blue")
-        ax2.axvline(trained_len, color="grey", ls="--", lw=1)
-        ax2.set_xlabel("offset n")
-        ax2.set_title(f"score of q with itself, {scheme}, s = {factor:g}")
-        fig.tight_layout()
+        _rope_figure(head_dim, trained_len, max_len, log10_base, scheme, factor)
         plt.show()
 
     base_slider = widgets.FloatSlider(value=math.log10(base), min=1.0, max=7.0, step=0.1,
@@ -212,3 +220,144 @@ def rope_frequency_explorer(head_dim: int = 16, trained_len: int = 64, max_len: 
     factor_slider = widgets.FloatSlider(value=factor, min=1.0, max=16.0, step=0.5, description="factor s",
                                         continuous_update=False, **_controls())
     return widgets.interactive(draw, log10_base=base_slider, scheme=scheme_box, factor=factor_slider)
+
+
+def _rope_figure(head_dim: int, trained_len: int, max_len: int, log10_base: float, scheme: str, factor: float):
+    from companion.positions import rope_inverse_frequencies, rope_turns
+
+    offsets = torch.arange(max_len, dtype=torch.float64)
+    b = 10.0 ** log10_base
+    plain, _ = rope_inverse_frequencies(head_dim, b)
+    scaling = None if scheme == "none" else scheme
+    theta, temperature = rope_inverse_frequencies(head_dim, b, scaling, factor, trained_len)
+    score = temperature**2 * torch.cos(offsets[:, None] * theta.double()).mean(-1)  # (max_len,)
+    turning = int((rope_turns(theta, trained_len) >= 1).sum())
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+    pairs = range(head_dim // 2)
+    ax1.semilogy(pairs, plain.numpy(), "o", color="lightgrey", label="plain")
+    ax1.semilogy(pairs, theta.numpy(), ".", color="tab:blue", label=scheme)
+    ax1.set_xlabel("pair $r$")
+    ax1.set_ylabel(r"$\omega_r$ (radians / position)")
+    ax1.set_title(f"base {b:,.0f}: {turning} of {head_dim // 2} pairs turn within {trained_len}")
+    ax1.legend(loc="upper right", fontsize=8)
+    ax2.plot(offsets.numpy(), score.numpy(), color="tab:blue")
+    ax2.axvline(trained_len, color="grey", ls="--", lw=1)
+    ax2.set_xlabel("offset n")
+    ax2.set_title(f"score of q with itself, {scheme}, s = {factor:g}")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- pre-drawn frames for the static page
+
+# One handler for every slider of a player: the frame key is the sliders' positions joined by commas.
+_ON_INPUT = ("var r=this.closest('.companion-frames'),s=r.querySelectorAll('input'),k=[];"
+             "s.forEach(function(e,i){k.push(e.value);"
+             "e.nextElementSibling.textContent=JSON.parse(r.dataset.labels)[i][e.value];});"
+             "r.querySelector('img').src=JSON.parse(r.dataset.frames)[k.join(',')];")
+
+
+@dataclass
+class FramePlayer:
+    """Pre-drawn frames of a figure over a grid of slider positions, shown with HTML range sliders that
+    switch frames in the browser (no kernel needed). ``frames`` maps "i,j,..." (each slider's index)
+    to a PNG as a data URL; Jupyter and the book render it through ``_repr_html_``."""
+
+    names: list[str]
+    values: list[list]
+    frames: dict[str, str]
+    start: list[int]
+    fmt: str = "{:.2f}"
+    alt: str = ""
+
+    def key(self, *indices: int) -> str:
+        return ",".join(str(i) for i in indices)
+
+    def _repr_html_(self) -> str:
+        labels = [[self.fmt.format(v) if isinstance(v, (int, float)) else str(v) for v in vals] for vals in self.values]
+        rows = []
+        for i, (name, vals) in enumerate(zip(self.names, self.values)):
+            rows.append(
+                f'<label style="display:block">{html.escape(name)} '
+                f'<input type="range" min="0" max="{len(vals) - 1}" step="1" value="{self.start[i]}" '
+                f'aria-label="{html.escape(name)}" oninput="{html.escape(_ON_INPUT)}" '
+                f'style="width:min(60%,20em);vertical-align:middle">'
+                f'<output style="margin-left:0.5em">{labels[i][self.start[i]]}</output></label>')
+        first = self.frames[self.key(*self.start)]
+        return (f'<div class="companion-frames" data-frames="{html.escape(json.dumps(self.frames))}" '
+                f'data-labels="{html.escape(json.dumps(labels))}">' + "".join(rows)
+                + f'<img src="{first}" alt="{html.escape(self.alt)}" style="max-width:100%;height:auto"></div>')
+
+
+def _png(fig, dpi: int) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def frame_player(draw: Callable[..., object], grid: dict[str, Sequence[float]], start: dict[str, float], *,
+                 fmt: str = "{:.2f}", alt: str = "", dpi: int = 72) -> FramePlayer:
+    """Draw ``draw(**values)`` (a function returning a matplotlib figure) at every point of ``grid``
+    (slider name -> its positions) and return the ``FramePlayer`` that shows them, starting at ``start``."""
+    if not grid or any(len(v) < 2 for v in grid.values()):
+        raise ValueError(f"grid must give every slider at least 2 positions; got {dict(grid)}")
+    if set(start) != set(grid):
+        raise ValueError(f"start must name the grid's sliders {sorted(grid)}; got {sorted(start)}")
+    names, values = list(grid), [list(v) for v in grid.values()]
+    missing = [n for n, vals in zip(names, values) if start[n] not in vals]
+    if missing:
+        raise ValueError(f"start must be a position of each slider's grid; {missing} are not")
+    frames = {}
+    for point in itertools.product(*(range(len(v)) for v in values)):
+        kwargs = {n: vals[i] for n, vals, i in zip(names, values, point)}
+        frames[",".join(map(str, point))] = _png(draw(**kwargs), dpi)
+    return FramePlayer(names, values, frames, [vals.index(start[n]) for n, vals in zip(names, values)], fmt, alt)
+
+
+def softmax_temperature_frames(scores, labels: Sequence[str] | None = None, *,
+                               scales: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0), scale: float = 1.0) -> FramePlayer:
+    """``softmax_temperature_explorer``'s picture pre-drawn at ``scales``, for the static page."""
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    names = list(labels) if labels is not None else [f"key {j}" for j in range(s.numel())]
+    return frame_player(lambda scale: _softmax_figure(s, names, scale), {"scale": scales}, {"scale": scale},
+                        alt="bar chart of the softmax weights at the chosen scale")
+
+
+def sampling_frames(logits, labels: Sequence[str], *, show: int = 12,
+                    temperatures: Sequence[float] = (0.5, 1.0, 1.5), top_ps: Sequence[float] = (0.5, 0.9, 1.0),
+                    temperature: float = 1.0, top_p: float = 1.0) -> FramePlayer:
+    """``sampling_explorer``'s picture pre-drawn at every (temperature, top-p) pair, for the static page."""
+    z = torch.as_tensor(logits, dtype=torch.float32)
+    if len(labels) != z.numel():
+        raise ValueError(f"labels must have one entry per logit ({z.numel()}); got {len(labels)}")
+    order = torch.argsort(z, descending=True)[:show]
+    names = [repr(labels[int(i)]).strip("'") for i in order]
+    return frame_player(lambda **at: _sampling_figure(z, order, names, at["temperature"], at["top-p"]),
+                        {"temperature": temperatures, "top-p": top_ps}, {"temperature": temperature, "top-p": top_p},
+                        alt="bar chart of the next-token probabilities at the chosen temperature and top-p")
+
+
+def positional_encoding_frames(d: int = 64, max_len: int = 128, *, base: float = 10000.0,
+                               positions: Sequence[int] = (0, 10, 100), pairs: Sequence[int] = (0, 8, 31),
+                               position: int = 10, pair: int = 0) -> FramePlayer:
+    """``positional_encoding_explorer``'s picture pre-drawn at every (position, pair), for the static page."""
+    if max(positions) >= max_len or max(pairs) >= d // 2:
+        raise ValueError(f"positions must be < max_len ({max_len}) and pairs < d/2 ({d // 2})")
+    table = sinusoidal_table(torch.arange(max_len), d, base).double()
+    return frame_player(lambda position, pair: _positional_figure(table, base, position, pair),
+                        {"position": positions, "pair": pairs}, {"position": position, "pair": pair}, fmt="{:d}",
+                        alt="the sinusoidal vector at the chosen position, and the chosen pair's wave over all positions")
+
+
+def rope_frequency_frames(head_dim: int = 16, trained_len: int = 64, max_len: int = 512, *, base: float = 10000.0,
+                          schemes: Sequence[str] = ROPE_EXPLORER_SCHEMES, factors: Sequence[float] = (2.0, 8.0),
+                          scheme: str = "none", factor: float = 2.0) -> FramePlayer:
+    """``rope_frequency_explorer``'s picture pre-drawn for every scheme and factor at one base."""
+    unknown = [x for x in schemes if x not in ROPE_EXPLORER_SCHEMES]
+    if unknown:
+        raise ValueError(f"schemes must be among {ROPE_EXPLORER_SCHEMES}; got {unknown}")
+    return frame_player(
+        lambda **at: _rope_figure(head_dim, trained_len, max_len, math.log10(base), at["scheme"], at["factor s"]),
+        {"scheme": schemes, "factor s": factors}, {"scheme": scheme, "factor s": factor}, fmt="{:g}",
+        alt="RoPE frequencies per pair and the rotary score against offset, for the chosen scheme and factor")
