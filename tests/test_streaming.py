@@ -5,6 +5,15 @@ import torch
 
 from companion.models import from_preset
 from companion.streaming import StreamingCache
+from tolerances import float64_twin_atol
+
+# tolerances: a streamed decode against a fresh forward are two float32 computations of one function, within
+# float64_twin_atol: 4 times one side's own float32 error, measured against its float64 twin, plus 8 ulps
+# (tests/tolerances.py, float32_paths_atol)
+
+
+def _last(model, idx, positions=None):
+    return model(idx, positions=positions)[:, -1] if positions is not None else model(idx)[:, -1]
 
 
 def small(n_layers=1, **options):
@@ -22,8 +31,8 @@ def test_a_window_longer_than_the_stream_is_full_attention():
     model, idx = small(n_layers=2), torch.randint(0, 20, (2, 30))
     with torch.no_grad():
         full = model(idx)
-    torch.testing.assert_close(stream(model, StreamingCache(model, window=64), idx), full,
-                               atol=1e-5, rtol=1e-5)
+    atol = float64_twin_atol(lambda m, i: m(i), model, idx)
+    torch.testing.assert_close(stream(model, StreamingCache(model, window=64), idx), full, atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize("options", [{}, {"rope_scaling": "yarn", "rope_factor": 4.0,
@@ -41,7 +50,7 @@ def test_one_layer_reads_the_kept_and_recent_tokens_at_positions_from_zero(keep,
         rows = first + list(range(max(t + 1 - window, 0), t + 1))
         with torch.no_grad():
             fresh = model(idx[:, rows])[:, -1]
-        torch.testing.assert_close(out[:, t], fresh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[:, t], fresh, atol=float64_twin_atol(_last, model, idx[:, rows]), rtol=0)
     assert cache.layer(0).stored == keep + window - 1
     assert cache.layer(0).positions.tolist()[:keep] == list(range(keep))
 
@@ -53,7 +62,8 @@ def test_a_prompt_chunk_inside_the_window_then_one_token_at_a_time():
     with torch.no_grad():
         head = model(idx[:, :8], cache=cache)               # 8 <= keep + window: no eviction yet
         tail = stream(model, cache, idx[:, 8:])
-    torch.testing.assert_close(torch.cat((head, tail), 1), one, atol=1e-5, rtol=1e-5)
+    atol = float64_twin_atol(lambda m, i: stream(m, StreamingCache(m, window=6, keep=2), i), model, idx)
+    torch.testing.assert_close(torch.cat((head, tail), 1), one, atol=atol, rtol=0)
 
 
 def test_refuses_a_chunk_that_needs_different_rows_and_a_windowed_model():
@@ -77,4 +87,5 @@ def test_a_gap_reads_the_kept_tokens_as_if_they_sat_further_back():
     rows = [0, 26, 27, 28, 29]
     with torch.no_grad():
         fresh = model(idx[:, rows], positions=torch.tensor([0, 51, 52, 53, 54]))[:, -1]
-    torch.testing.assert_close(out[:, 29], fresh, atol=1e-5, rtol=1e-5)
+    atol = float64_twin_atol(_last, model, idx[:, rows], torch.tensor([0, 51, 52, 53, 54]))
+    torch.testing.assert_close(out[:, 29], fresh, atol=atol, rtol=0)
