@@ -11,6 +11,17 @@ from companion.inference.kvquant import bytes_per_group, dequantize, quantize
 from companion.models import from_preset
 from companion.inference.block_manager import BlockManager, PoolExhausted
 from companion.inference.paged import PagedKVCache, kv_token_shapes
+from tolerances import float64_twin_atol
+
+# tolerances: logits read through paged caches against the model's forward without a cache are two float32
+# computations of one function, within float64_twin_atol: 4 times the forward's own float32 error, measured
+# against its float64 twin, plus 8 ulps (tests/tolerances.py, float32_paths_atol)
+
+
+def _forward(model, tokens):
+    """The cache-free logits of one sequence (T, V), and the bound for comparing logits against them."""
+    idx = torch.tensor([tokens])
+    return model(idx)[0], float64_twin_atol(lambda m, i: m(i)[0], model, idx)
 
 
 def _prefill_and_decode(model, seq_cache, tokens, split):
@@ -30,7 +41,8 @@ def test_paged_view_equals_full_forward_and_frees_everything(name):
     seq = kv.new_sequence()
     tokens = torch.randint(0, 256, (14,)).tolist()  # 14 tokens: 5 pages of 3, last one partial
     logits = _prefill_and_decode(model, seq, tokens, split=5)
-    torch.testing.assert_close(logits, model(torch.tensor([tokens]))[0], atol=1e-5, rtol=1e-5)
+    full, atol = _forward(model, tokens)
+    torch.testing.assert_close(logits, full, atol=atol, rtol=0)
     assert seq.length == 14 and len(seq.table) == 5 and kv.n_free == 3
     seq.free()
     assert kv.n_free == 8 and seq.table == []
@@ -80,16 +92,17 @@ def test_prefix_sharing_equals_unshared_and_copy_on_write():
     free_before = kv.n_free
     last = model(torch.tensor([prompt[7:]]), cache=b2)[0]
     assert b2.table[0] == a_pages[0] and b2.table[1] != a_pages[1] and kv.n_free == free_before - 1
-    torch.testing.assert_close(last, a_logits[7:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last, a_logits[7:], atol=_forward(model, prompt)[1], rtol=0)
     for t, snap in zip(kv.pool.data[0], snapshot):
         assert torch.equal(t[a_pages], snap)  # A's pages untouched
     # B continues after the shared prefix; equals an unshared computation of the same tokens
     rest = model(torch.tensor([[5, 6]]), cache=b)[0]
-    full = model(torch.tensor([prompt + [5, 6]]))[0]
-    torch.testing.assert_close(rest, full[8:], atol=1e-5, rtol=1e-5)
+    full, atol = _forward(model, prompt + [5, 6])
+    torch.testing.assert_close(rest, full[8:], atol=atol, rtol=0)
     # A keeps decoding correctly after B wrote next to it
     nxt = model(torch.tensor([[42]]), cache=a)[0]
-    torch.testing.assert_close(nxt, model(torch.tensor([prompt + [42]]))[0, 8:], atol=1e-5, rtol=1e-5)
+    full, atol = _forward(model, prompt + [42])
+    torch.testing.assert_close(nxt, full[8:], atol=atol, rtol=0)
     for s in (a, b, b2):
         s.free()
     assert kv.n_free == kv.n_pages
@@ -109,7 +122,8 @@ def test_packed_paged_batch_with_shared_prefix():
     assert [c.length for c in caches] == [8, 8, 4]
     logits = packed_forward(model, caches, [u[c.length :] for u, c in zip(users, caches)])
     for u, row in zip(users, logits):
-        torch.testing.assert_close(row, model(torch.tensor([u]))[0, -1], atol=1e-5, rtol=1e-5)
+        full, atol = _forward(model, u)
+        torch.testing.assert_close(row, full[-1], atol=atol, rtol=0)
     for c in [first, *caches]:
         c.free()
     assert kv.n_free == 20
@@ -197,7 +211,8 @@ def test_exhaustion_inside_a_forward_changes_nothing():
     assert b.length == 0 and b.table == [] and kv.n_free == 1
     assert all(torch.equal(t, s) for t, s in zip((t for layer in kv.pool.data for t in layer), snapshot))
     last = model(torch.tensor([tokens[5:]]), cache=a)[0]  # A carries on, unharmed
-    torch.testing.assert_close(last, model(torch.tensor([tokens]))[0, 5:], atol=1e-5, rtol=1e-5)
+    full, atol = _forward(model, tokens)
+    torch.testing.assert_close(last, full[5:], atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

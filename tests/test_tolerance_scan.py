@@ -54,7 +54,6 @@ TESTS_ALLOWED: dict[str, tuple[int, str]] = {
     "test_engine_kernels.py": (2, _NOT_YET),
     "test_generate.py": (4, _NOT_YET),
     "test_optim.py": (3, _NOT_YET),
-    "test_paged.py": (6, _NOT_YET),
     "test_train.py": (2, _NOT_YET),
     "test_triton_paged.py": (3, _NOT_YET),
 }
