@@ -164,7 +164,7 @@ def test_nan_weights_give_an_error_naming_the_non_finite_logits(temperature):
         generate(model, [1, 2, 3], max_new_tokens=2, temperature=temperature, seed=0)
 
 
-def test_companion_data_naming_a_file_or_an_unwritable_folder(tmp_path, monkeypatch):
+def test_companion_data_naming_a_file_or_an_unwritable_folder(tmp_path, monkeypatch, capsys):
     from companion.data import derived
 
     file = tmp_path / "file"
@@ -181,8 +181,14 @@ def test_companion_data_naming_a_file_or_an_unwritable_folder(tmp_path, monkeypa
     monkeypatch.setattr(derived, "_rows", lambda name: [{"text": "x"}])
     monkeypatch.setattr(derived, "atomic_write_bytes", denied)
     with pytest.raises(ValueError, match=r"cannot write the derived corpus .*shakespeare.jsonl: Permission denied; "
-                                         r"\$COMPANION_DATA \(.*ro\) must be a folder you can write to"):
+                                         r"\$COMPANION_DATA \(.*ro\) must name a folder you can write to"):
         derived.ensure("shakespeare")
+    from companion.data.__main__ import main as data_main
+
+    with pytest.raises(SystemExit) as exit_info:  # python -m companion.data: the same line, no traceback
+        data_main(["shakespeare", "--force"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: cannot write the derived corpus ")
 
 
 def test_companion_threads_is_capped_like_threads(monkeypatch):

@@ -21,7 +21,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in args.names if n not in CORPORA]
     if unknown:
         parser.error(f"NAME must be one of {', '.join(CORPORA)}; got {', '.join(unknown)}")
-    prepare(args.names or None, data_dir=args.data_dir, force=args.force)
+    try:
+        prepare(args.names or None, data_dir=args.data_dir, force=args.force)
+    except ValueError as e:  # a $COMPANION_DATA (or --data-dir) that is a file or cannot be written
+        parser.exit(2, f"error: {e}\n")
 
 
 if __name__ == "__main__":

@@ -120,9 +120,10 @@ def _build(name: str, directory: Path, verbose: bool) -> Path:
     except OSError as e:  # a file in the way, a read-only folder, a full disk: one line naming the folder
         env = os.environ.get("COMPANION_DATA")
         named = env and Path(env).resolve() == Path(directory).resolve()
-        where = f"$COMPANION_DATA ({env})" if named else f"the data folder {directory}"
-        raise ValueError(f"cannot write the derived corpus {path}: {e.strerror or e}; {where} must be a folder "
-                         "you can write to (set $COMPANION_DATA to one, or unset it to use the default)") from None
+        advice = (f"$COMPANION_DATA ({env}) must name a folder you can write to (or unset it to use the default)"
+                  if named else f"the data folder {directory} must be one you can write to (choose another with "
+                  "$COMPANION_DATA)")
+        raise ValueError(f"cannot write the derived corpus {path}: {e.strerror or e}; {advice}") from None
 
 
 def _write(name: str, path: Path, package: str, verbose: bool) -> Path:
