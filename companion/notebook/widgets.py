@@ -270,6 +270,10 @@ class FramePlayer:
     fmt: str = "{:.2f}"
     alt: str = ""
 
+    def __repr__(self) -> str:  # the frames themselves are for the browser, not for a text output
+        grid = ", ".join(f"{n}: {len(v)}" for n, v in zip(self.names, self.values))
+        return f"FramePlayer({grid}; {len(self.frames)} frames)"
+
     def key(self, *indices: int) -> str:
         return ",".join(str(i) for i in indices)
 
