@@ -47,6 +47,14 @@ def test_ntk_base_names_the_mistake(wrong, needle):
 
 
 def slopes(n):
+    # ALiBi's slopes: 2^(-8h/n) for n a power of two; otherwise those of the nearest lower power of
+    # two k, then every other slope of the sequence for 2k
+    k = 2 ** int(math.log2(n))
+    return ([2.0 ** (-8.0 * h / k) for h in range(1, k + 1)]
+            + [2.0 ** (-4.0 * h / k) for h in range(1, 2 * k, 2)][: n - k])
+
+
+def power_of_two_formula(n):
     return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
 
 
@@ -61,7 +69,14 @@ def alibi(n_heads, T, slope_fn=slopes, sign=-1.0, causal=True):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_alibi_bias_accepts_a_loop_answer(seed):
-    assert len(check("ch07.alibi_bias", alibi, seed=seed, quiet=True).cases) == 4
+    assert len(check("ch07.alibi_bias", alibi, seed=seed, quiet=True).cases) == 5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_alibi_bias_draws_a_number_of_heads_that_is_not_a_power_of_two(seed):
+    heads = [int(c.split(",")[0][2:]) for c in check("ch07.alibi_bias", alibi, seed=seed, quiet=True).cases]
+    assert any(h & (h - 1) for h in heads), heads
+    assert slopes(6) == [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]
 
 
 @pytest.mark.parametrize("wrong, needle", [
@@ -69,6 +84,7 @@ def test_alibi_bias_accepts_a_loop_answer(seed):
     (lambda n, T: alibi(n, T, sign=1.0), "subtract"),
     (lambda n, T: alibi(n, T, causal=False), "causal mask"),
     (lambda n, T: alibi(n, T, lambda k: [2.0 ** -h for h in range(1, k + 1)]), "2^(-h)"),
+    (lambda n, T: alibi(n, T, power_of_two_formula), "not a power of two"),
     (lambda n, T: alibi(n, T)[:, :-1], "wrong shape"),
 ])
 def test_alibi_bias_names_the_mistake(wrong, needle):

@@ -4,7 +4,10 @@ What this module registers
 - ``ch07.ntk_base``: ``fn(base, factor, head_dim) -> float``, the NTK-aware base
   b' = b s^(d_h/(d_h-2)) of equation (7.5), compared with ``companion.positions.ntk_base``.
 - ``ch07.alibi_bias``: ``fn(n_heads, T) -> (n_heads, T, T)``, the causal ALiBi bias of equation
-  (7.7): -m_h (i - j) where j <= i, -inf where j > i, slopes m_h = 2^(-8h/n_heads), h = 1..n_heads.
+  (7.7): -m_h (i - j) where j <= i, -inf where j > i, slopes m_h = 2^(-8h/n_heads), h = 1..n_heads,
+  when n_heads is a power of two; otherwise ``companion.positions.alibi_slopes``' rule (the slopes of
+  the nearest lower power of two n, then every other slope of the sequence for 2n). The cases
+  draw both kinds of n_heads.
 - ``ch07.llama3_frequencies``: ``fn(inv_freq (d_h/2,), factor, original_max_len, low_freq_factor,
   high_freq_factor) -> (d_h/2,)``, Llama 3.1's piecewise rescale of the RoPE frequencies, compared
   with ``companion.positions.rope_inverse_frequencies(..., scaling="llama3")``.
@@ -74,6 +77,8 @@ def _causal_alibi(slopes: Tensor, T: int) -> Tensor:
 def _check_alibi_bias(fn, gen: torch.Generator, report) -> None:
     sizes = [(1, 3), (4, 6), (8, 5)]
     sizes.append((2 ** int(torch.randint(1, 5, (), generator=gen)), int(torch.randint(2, 12, (), generator=gen))))
+    not_power = [3, 5, 6, 7, 12][int(torch.randint(0, 5, (), generator=gen))]  # 2^(-8h/H) is not the rule
+    sizes.append((not_power, int(torch.randint(2, 12, (), generator=gen))))
     for i, (n_heads, T) in enumerate(sizes):
         case = f"case {i + 1} (n_heads={n_heads}, T={T})"
         got = call(case, fn, n_heads, T)
@@ -86,6 +91,10 @@ def _check_alibi_bias(fn, gen: torch.Generator, report) -> None:
                 _causal_alibi(-slopes, T),
             "slopes 2^(-h) instead of 2^(-8h/n_heads)":
                 _causal_alibi(2.0 ** -torch.arange(1, n_heads + 1, dtype=torch.float64), T),
+            (f"slopes 2^(-8h/n_heads) with n_heads = {n_heads}, not a power of two: ALiBi then takes the "
+             "slopes of the nearest lower power of two n and fills the other heads with every other slope "
+             "of the sequence for 2n (the first, third, ...)"):
+                _causal_alibi(2.0 ** (-8.0 * torch.arange(1, n_heads + 1, dtype=torch.float64) / n_heads), T),
         }
         future = torch.ones(T, T, dtype=torch.bool).triu(1).expand(n_heads, T, T)
         if isinstance(got, Tensor) and got.shape == expected.shape and T > 1:
