@@ -52,8 +52,6 @@ _NOT_YET = "not derived yet (issue 36): files outside the hf / positions / famil
 TESTS_ALLOWED: dict[str, tuple[int, str]] = {
     "test_engine_compile.py": (1, _NOT_YET),
     "test_engine_kernels.py": (2, _NOT_YET),
-    "test_train.py": (2, _NOT_YET),
-    "test_triton_paged.py": (3, _NOT_YET),
 }
 
 

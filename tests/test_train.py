@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -19,6 +20,7 @@ from companion.models import GPT, Decoder, DecoderConfig, GPTConfig, seq2seq_fro
 from companion.training.trainer import History, TrainConfig, Trainer
 from companion.data.loaders import LMData, PairData, SequenceData
 from companion.accounting import peak_flops, training_flops_per_token
+from tolerances import float32_paths_atol
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -105,10 +107,22 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def assert_same_grads(a, b, atol=1e-6):
-    assert a.keys() == b.keys() and a
+def float64_grads(model, batches) -> dict[str, torch.Tensor]:
+    """The gradients of one forward_backward over ``batches`` by a float64 copy of ``model``."""
+    twin = copy.deepcopy(model).double()
+    twin.zero_grad(set_to_none=True)
+    Trainer(twin, None, quiet()).forward_backward(batches)
+    return grads(twin)
+
+
+def assert_same_grads(a, b, exact):
+    """Gradients ``a`` (micro-batches, or one DDP rank) equal ``b`` (one batch in one process), both float32,
+    within tolerances.float32_paths_atol: 4 times b's own float32 error, measured against ``exact`` (the same
+    batch in float64), plus 8 ulps of each tensor's scale."""
+    assert a.keys() == b.keys() == exact.keys() and a
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-5, msg=name)
+        atol = float32_paths_atol(b[name], exact[name])
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
 
 
 def test_accumulation_equals_one_big_batch_lm_and_padded_pairs():
@@ -118,18 +132,18 @@ def test_accumulation_equals_one_big_batch_lm_and_padded_pairs():
     y = torch.randint(0, 32, (8, 16))
     y[:2, :5] = IGNORE_INDEX  # unequal counted tokens per micro-batch
     trainer.forward_backward([(x, y)])
-    whole = grads(model)
+    whole, exact = grads(model), float64_grads(model, [(x, y)])
     trainer.forward_backward([(x[:3], y[:3]), (x[3:], y[3:])])
-    assert_same_grads(grads(model), whole)
+    assert_same_grads(grads(model), whole, exact)
 
     s2s = tiny_seq2seq()
     pairs = make_pairs("reverse", 12, vocab_size=16, min_len=1, max_len=8, seed=3)
     trainer = Trainer(s2s, None, quiet())
     short = sorted(pairs, key=lambda p: len(p[0]))
     trainer.forward_backward([collate_pairs(short, PAD, BOS, EOS)])
-    whole = grads(s2s)
+    whole, exact = grads(s2s), float64_grads(s2s, [collate_pairs(short, PAD, BOS, EOS)])
     trainer.forward_backward([collate_pairs(short[:6], PAD, BOS, EOS), collate_pairs(short[6:], PAD, BOS, EOS)])
-    assert_same_grads(grads(s2s), whole)
+    assert_same_grads(grads(s2s), whole, exact)
 
 
 def _ddp_worker(rank: int, world: int, store: str, out: str) -> None:
@@ -168,16 +182,16 @@ def test_ddp_two_cpu_processes_equal_one_process_on_the_concatenated_batch(tmp_p
     model = tiny_gpt()
     order = torch.cat([torch.arange(0, 8, 2), torch.arange(1, 8, 2)])
     Trainer(model, None, quiet()).forward_backward([(x[order], y[order])])
-    single = grads(model)
+    single, exact = grads(model), float64_grads(model, [(x[order], y[order])])
     for rank in range(2):
-        assert_same_grads(load_file(str(tmp_path / f"lm-{rank}.safetensors")), single)
+        assert_same_grads(load_file(str(tmp_path / f"lm-{rank}.safetensors")), single, exact)
 
     s2s = tiny_seq2seq()
     pairs = make_pairs("reverse", 10, vocab_size=16, min_len=1, max_len=8, seed=4)
     Trainer(s2s, None, quiet()).forward_backward([collate_pairs(pairs, PAD, BOS, EOS)])
-    single = grads(s2s)
+    single, exact = grads(s2s), float64_grads(s2s, [collate_pairs(pairs, PAD, BOS, EOS)])
     for rank in range(2):  # rank 0 had 4 pairs, rank 1 had 6: weighting by tokens, not by process
-        assert_same_grads(load_file(str(tmp_path / f"s2s-{rank}.safetensors")), single)
+        assert_same_grads(load_file(str(tmp_path / f"s2s-{rank}.safetensors")), single, exact)
 
 
 # --- exact resume and checkpoints -----------------------------------------------------------------------

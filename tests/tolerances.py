@@ -73,8 +73,9 @@ def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: 
     """Largest difference between two computations of softmax(scale q k^T + mask) v (any order, any
     blocking, any mask: masked keys only shorten the sums), from the arithmetic of one of them:
 
-    - a score is a d-term dot product, then a scaling and a max subtraction: its error is at most
-      Delta = gamma_{d+2} * 2 * scale * max|q| |k| (Cauchy-Schwarz bounds sum_l |q_l k_l| by |q| |k|);
+    - a score is a d-term dot product, then a scaling, a max subtraction and (exp2 kernels) a product by
+      log2 e: its error is at most Delta = gamma_{d+3} * 2 * scale * max|q| |k| (Cauchy-Schwarz bounds
+      sum_l |q_l k_l| by |q| |k|);
     - scores off by at most Delta move each weight by a factor within e^(+-2 Delta) (the normaliser
       moves too), so the weights move by (e^(2 Delta) - 1) in sum and the output by that times max|v|;
     - exp (<= 4 ulps here: SLEEF's u10 and glibc are within 1), the S-term normaliser and the
@@ -89,7 +90,7 @@ def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: 
     scale = d ** -0.5 if scale is None else scale
     qn = q.detach().double().norm(dim=-1).max().item()
     kn = k.detach().double().norm(dim=-1).max().item()
-    delta = gamma(d + 2, dtype) * 2 * scale * qn * kn
+    delta = gamma(d + 3, dtype) * 2 * scale * qn * kn
     vmax = v.detach().double().abs().max().item()
     e = vmax * (math.expm1(2 * delta) + gamma(S + 5 + 5 * rescales, dtype) + gamma(S, dtype))
     return sides * e
