@@ -6,6 +6,7 @@ cores with a cold inductor cache that takes 20-60 s, so it is one test that does
 compilation. It is skipped, with the reason, where torch.compile cannot run (no C++ compiler, an
 unsupported Python)."""
 
+import copy
 import random
 
 import pytest
@@ -16,6 +17,7 @@ from companion.engine.compiled import CompiledDecode, compile_unavailable, compi
 from companion.inference.generate import SamplingParams, packed_forward
 from companion.models import from_preset
 from companion.inference.paged import PagedKVCache
+from tolerances import float32_paths_atol
 
 UNAVAILABLE = compile_unavailable()
 
@@ -68,17 +70,22 @@ def test_compiled_decode_equals_eager(one_thread):
 
     # logits, step by step: two pools of the engine's shape fed the same tokens, one through the eager
     # packed forward, the other through the compiled step
-    pools = [PagedKVCache(model, engine.kv.n_pages, 4) for _ in range(2)]
+    # (a third pool, "exact", follows the same tokens with a float64 copy of the model, eager)
+    model64 = copy.deepcopy(model).double()
+    pools = [PagedKVCache(model, engine.kv.n_pages, 4) for _ in range(2)] + [PagedKVCache(model64, engine.kv.n_pages, 4)]
     step = CompiledDecode(model, pools[1])
     seqs = [[pool.new_sequence() for _ in prompts[:4]] for pool in pools]
     with torch.inference_mode():
-        for caches in seqs:  # prefill, eager in both
-            packed_forward(model, caches, prompts[:4])
+        for m, caches in zip((model, model, model64), seqs):  # prefill, eager in all three
+            packed_forward(m, caches, prompts[:4])
         tokens = [p[-1] for p in prompts[:4]]
         for n_live in (4, 4, 3, 2, 1, 1):  # shrinking batches, down to one sequence
             ref = packed_forward(model, seqs[0][:n_live], [[t] for t in tokens[:n_live]])
             got = step(seqs[1][:n_live], tokens[:n_live])
-            torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+            exact = packed_forward(model64, seqs[2][:n_live], [[t] for t in tokens[:n_live]])
+            # tolerances: compiled and eager are two float32 computations of one step: float32_paths_atol, 4 times
+            # the eager step's own float32 error (against the float64 copy) plus 8 ulps
+            torch.testing.assert_close(got, ref, atol=float32_paths_atol(ref, exact), rtol=0)
             tokens = [int(t) for t in ref.argmax(-1)]
     assert [c.length for c in seqs[0]] == [c.length for c in seqs[1]]
 
