@@ -35,7 +35,7 @@ NUMBER = re.compile(r"(?<![\w.\-/^_])(?<![A-Za-z]-)(\d{1,3}(?:,\d{3})+|\d+(?:\.\
                     r"(?![\w-])")
 BOUND = re.compile(r"\b(at least|at most|more than|less than|fewer than|within|below|above|under)\s+"
                    r"(\d[\d,]*(?:\.\d+)?(?:e-?\d+)?)(%)?")
-# a number that a comparison, a margin or a tolerance uses: "< 0.2", "+ 0.3", "5 *", "atol=1e-5"
+# a number that a comparison, a margin or a tolerance uses: "< 0.2", "+ 0.3", "5 *", "a tolerance of 1e-5"
 COMPARE = re.compile(r"(?:[<>]=?|[+\-*]|=)\s*(\d[\d_]*(?:\.\d+)?(?:e-?\d+)?)"
                      r"|(\d[\d_]*(?:\.\d+)?(?:e-?\d+)?)(?=\s*(?:\*|[<>]=?))")
 # a number that names a model or a part of the book: Llama 3.1, Gemma 3, chapter 4

@@ -134,3 +134,23 @@ def test_a_load_event_that_came_before_the_navigate_reply_is_not_waited_for_agai
     browser.wait_for("Page.loadEventFired", since=0)  # already there: returns without reading
     with pytest.raises(AssertionError, match="second load event"):
         browser.wait_for("Page.loadEventFired", since=2)  # only events after the mark count
+
+
+@needs_chrome
+def test_a_frame_player_moves_its_picture_and_a_dead_slider_is_reported(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from companion.notebook.widgets import softmax_temperature_frames
+
+    player = softmax_temperature_frames([2.0, 1.0, 0.0], ["a", "b", "c"], scales=(0.5, 1.0, 2.0))._repr_html_()
+    page = f'<!doctype html><html><head><meta charset="utf-8"></head><body>{player}</body></html>'
+    rc, out = _check(tmp_path, capsys, "frames.html", page)
+    assert rc == 0, out
+    # planted failures: a player whose frames are all one picture, and a live widget's slider
+    frozen = player.replace('oninput="', 'data-off="')
+    dead = '<div class="widget-slider">0.50</div>'
+    rc, out = _check(tmp_path, capsys, "dead.html", page.replace(player, frozen + dead))
+    assert rc == 1
+    assert "1 of 1 pre-drawn frame players did not change their picture" in out
+    assert "1 live widget slider(s)" in out

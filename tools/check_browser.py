@@ -82,6 +82,18 @@ INSPECT = r"""
     if (drawn === views.length) break;
     await sleep(100);
   }
+  // Pre-drawn frames (companion.notebook.widgets.FramePlayer): moving a slider must change the picture.
+  // A live widget's slider on a static page (no kernel) moves its number but never its plot: a dead control.
+  out.frames = {players: 0, changed: 0};
+  for (const player of document.querySelectorAll(".companion-frames")) {
+    out.frames.players++;
+    const input = player.querySelector('input[type="range"]'), img = player.querySelector("img");
+    const before = img.getAttribute("src");
+    input.value = String((Number(input.value) + 1) % (Number(input.max) + 1));
+    input.dispatchEvent(new Event("input", {bubbles: true}));
+    if (img.getAttribute("src") !== before) out.frames.changed++;
+  }
+  out.dead_sliders = document.querySelectorAll(".widget-slider, .jupyter-widget-slider, .widget-hslider").length;
   // Raw TeX left in the text outside code, and MathJax's own error boxes.
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: (n) => {
     for (let a = n.parentElement; a; a = a.parentElement)
@@ -506,6 +518,13 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
     w = report["widgets"]
     if w["drawn"] < w["views"]:
         problems.append(f"{w['views'] - w['drawn']} of {w['views']} widgets were not drawn")
+    frames = report.get("frames", {"players": 0, "changed": 0})
+    if frames["changed"] < frames["players"]:
+        problems.append(f"{frames['players'] - frames['changed']} of {frames['players']} pre-drawn frame players did "
+                        "not change their picture when a slider moved")
+    if report.get("dead_sliders"):
+        problems.append(f"{report['dead_sliders']} live widget slider(s): on the static page they cannot redraw their "
+                        "plot (show pre-drawn frames instead: companion.notebook.widgets, *_frames)")
     for s in report["solutions"]:
         if not s["collapsed_before"]:
             problems.append(f"solution {s['id']} is open before its toggle is clicked")
