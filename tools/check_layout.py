@@ -217,7 +217,7 @@ MEASURE = r"""
         if (c && c !== "none" && c !== "normal" && hintRe.test(c)) hints += 1;
       }
     }
-    const widget = !!img.closest(".widget-subarea");
+    const widget = !!img.closest(".widget-subarea, .companion-frames");  // interactive: its picture changes, no link
     out.figures.push({figure: figNo(img), section: sectionOf(img), shown: Math.round(r.width),
                       column: Math.round(col.right - col.left), hints, widget, visible: Math.round(s.width),
                       linked: !!(img.closest("a[href]")),
