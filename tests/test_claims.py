@@ -42,15 +42,7 @@ COMPARE = re.compile(r"(?:[<>]=?|[+\-*]|=)\s*(\d[\d_]*(?:\.\d+)?(?:e-?\d+)?)"
 NAMED = re.compile(r"(?:Llama|Gemma|Qwen|Mistral|Mixtral|Phi|GPT|chapter|Chapter|section|Section)[\s-]*$")
 
 # claim name -> why it is listed (claims whose text lives in a chapter not reworded yet)
-KNOWN: dict[str, str] = {
-    "claim-ch06-param-formula": "8.03 billion is printed by another cell, not by the checking one",
-    "claim-ch09-gemma3-cache": "the 5 : 1 interleave comes from the config table; the cell never writes 5",
-    "claim-ch09-aliasing": "pair 3 is named in the text only; the cell checks distances, not the pair",
-    "claim-ch10-cache-bytes": "the w - 1 rows of windowed layers are not written in the checking cell",
-    "claim-ch12-prefix-saving": "the 20 pages at peak are not in the cell (it compares with other values)",
-    "claim-ch12-throughput": "the 16 requests are set in an earlier cell",
-    "claim-ch12-throughput-time": "the 16 requests are set in an earlier cell",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _values(token: str, suffix: str | None) -> set[float]:
