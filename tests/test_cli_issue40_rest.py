@@ -256,3 +256,12 @@ def test_seq2seq_presets_have_one_name(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "note: --preset tiny is called seq2seq-tiny on the command line; using seq2seq-tiny" in err
     assert f"(translate with: python -m companion translate --checkpoint {tmp_path / 'r'}" in err
+
+
+def test_train_reads_the_same_profile_variable_as_the_notebooks():
+    # training.cli names $COMPANION_PROFILE itself (it may not import companion.notebook, a layer above)
+    from companion.notebook.profile import ENV_VAR
+
+    assert ENV_VAR == "COMPANION_PROFILE"
+    assert 'ENV_VAR = "COMPANION_PROFILE"' in Path(__file__).resolve().parents[1].joinpath(
+        "companion", "training", "cli.py").read_text()

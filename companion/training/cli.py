@@ -181,8 +181,8 @@ def build_run(args):
     if args.threads is not None:
         torch.set_num_threads(check_threads(args.threads))
     if args.profile is None:  # --profile, else $COMPANION_PROFILE (the notebooks' switch), else quick
-        from companion.notebook.profile import ENV_VAR
-
+        # the variable's name, not an import of companion.notebook.profile: that layer sits above this one
+        ENV_VAR = "COMPANION_PROFILE"
         args.profile = os.environ.get(ENV_VAR, "quick").strip().lower() or "quick"
         if args.profile not in ("quick", "cpu", "gpu"):
             raise ValueError(f"${ENV_VAR} must be quick, cpu or gpu (it gives train's --profile); got {args.profile!r}")
