@@ -37,7 +37,7 @@ NOTEBOOK_ALLOWED = {
     ("ch04_gpt.ipynb", "c013"): "parallel against sequential attention: " + _CH,
     ("ch05_learning.ipynb", "c024"): "Adam's first step, -lr sign(g), within 1e-8 + 1e-4 relative: " + _CH,
     ("ch07_rope.ipynb", "c018c"): "split against interleaved RoPE layouts: " + _CH,
-    ("ch07_rope.ipynb", "c042"): "rtol=1e-6 on frequencies computed two ways: " + _CH,
+    ("ch07_rope.ipynb", "c042"): "rtol=1e-6 on frequencies computed two ways: " + _CH,  # tolerances: a reason string
     ("ch10_kv_cache.ipynb", "c007"): "first rows alone against within 13 rows: " + _CH,
     ("ch10_kv_cache.ipynb", "c022"): "chunked prefill against one pass: " + _CH,
     ("ch10_kv_cache.ipynb", "c025"): "cached decode against the full forward: " + _CH,
@@ -73,8 +73,10 @@ def _notebook_cells():
 
 def test_the_scan_sees_what_it_should():
     assert NAMES and {"reduction_atol", "float32_paths_atol"} <= set(NAMES)
-    assert _offending("torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)") == ["atol=1e-5", "rtol=1e-5"]
-    assert _offending("assert torch.allclose(a, b, atol=1e-6)") == ["atol=1e-6"]
+    # tolerances: the next two lines feed the scan strings, they compare nothing
+    assert _offending("torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)") == [  # tolerances: an example
+        "atol=1e-5", "rtol=1e-5"]  # tolerances: the example's two literals
+    assert _offending("assert torch.allclose(a, b, atol=1e-6)") == ["atol=1e-6"]  # tolerances: an example
     assert _offending("close(a, b, atol=2e-3, rtol=0)") == []  # not tiny, and exact
     assert _offending("close(a, b, atol=1e-6)  # tolerances: 2 gamma_16 |x|, derived in the docstring") == []
     assert _offending("close(a, b, atol=reduction_atol(16, 3.0), rtol=0)") == []
