@@ -34,8 +34,9 @@ def test_the_old_generation_figure_still_draws():
 
 def test_architecture_names_every_stage_with_shapes():
     labels = shown(gpt_architecture(n_layer=3))
-    for part in ("wte (V, d)", "wpe (T_max, d)", "causal\nself-attention", "MLP\nd -> 4d -> d",
-                 "head = wte^T\n(tied, d -> V)", "(B, T)", "(B, T, V)", "residual stream (B, T, d)"):
+    for part in ("wte $(V, d)$", "wpe $(T_{\\max}, d)$", "causal\nself-attention",
+                 "MLP\n$d \\to 4d \\to d$", "head: $\\mathrm{wte}^{\\top}$\n(tied, $d \\to V$)", "(B, T)",
+                 "(B, T, V)", "residual stream (B, T, d)"):
         assert part in labels, part
     assert "block, repeated N = 3 times (pre-LN)" in labels
     assert labels.count("LN") == 3 and labels.count("+") == 3
@@ -46,7 +47,7 @@ def test_training_step_and_sampling_show_their_stages_in_order():
     order = ["random windows", "cross-entropy", "backward", "clip", "schedule", "AdamW"]
     assert [step.index(word) for word in order] == sorted(step.index(word) for word in order)
     sample = " ".join(shown(sampling_step()))
-    order = ["prefix", "z / tau", "top-k / top-p", "softmax", "draw one id"]
+    order = ["prefix", "$z / \\tau$", "top-$k$ / top-$p$", "softmax", "draw one id"]
     assert [sample.index(word) for word in order] == sorted(sample.index(word) for word in order)
 
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import check_browser  # noqa: E402
 import check_layout  # noqa: E402
+from companion.notebook.viz import MIN_LABEL_PX, PIXEL_RATIO, RECORD_KEY, book_png, read_figure_record  # noqa: E402
 
 CHROME = check_browser.find_chrome()
 pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get install chromium-headless-shell")
@@ -149,10 +150,15 @@ def test_a_box_that_does_not_scroll_is_reported_at_400(browser, tmp_path):
                for p in problems), problems
 
 
-def figure_page(tmp_path: Path, stylesheet: bool = True) -> str:
-    """A two-panel figure as MyST-NB writes a glued one: a 1800 px PNG (2.5x) designed for 720 px."""
+def figure_page(tmp_path: Path, stylesheet: bool = True, record: str | None = "text=12.50 ratio=2.5;") -> str:
+    """A two-panel figure as MyST-NB writes a glued one: a 1800 px PNG (2.5x) designed for 720 px, with
+    the record of its smallest label that viz.book_png writes (``record``; None: no record)."""
     Image = pytest.importorskip("PIL.Image")
-    Image.new("RGB", (1800, 600), (230, 230, 230)).save(tmp_path / "two-panels.png")
+    PngImagePlugin = pytest.importorskip("PIL.PngImagePlugin")
+    info = PngImagePlugin.PngInfo()
+    if record is not None:
+        info.add_text(RECORD_KEY, record)
+    Image.new("RGB", (1800, 600), (230, 230, 230)).save(tmp_path / "two-panels.png", pnginfo=info)
     return page('<figure class="align-default" id="fig-two"><a class="reference internal image-reference" '
                 'href="two-panels.png"><img alt="two panels" src="two-panels.png" style="width: 720px;" /></a>'
                 '<figcaption><p><span class="caption-number">Fig. 1.1 </span>Two panels.</p></figcaption></figure>',
@@ -193,6 +199,39 @@ def test_planted_scrolling_figure_with_two_hints_at_400(browser, tmp_path):
                                              "<span>").replace("</a><figcaption>", "</span><figcaption>")
     _, problems = measured(browser, tmp_path, unlinked, 1280)
     assert problems == ["figure Fig. 1.1 in '1.1. A section' does not open full size on a tap (no link to the image)"]
+
+
+def test_a_figure_label_is_measured_as_shown(browser, tmp_path):
+    """Issue 39, item 3: the recorded 12.5 px smallest label of a 720 px figure, scaled with the figure as shown."""
+    report, problems = measured(browser, tmp_path, with_js(figure_page(tmp_path)), 1280)
+    (fig,) = report["figures"]
+    assert problems == [] and fig["label_px"] == pytest.approx(12.5 * fig["shown_exact"] / 720, abs=0.01), fig
+
+
+def test_planted_small_label_and_missing_record_at_1280(browser, tmp_path):
+    """What issue 39 saw in 11 diagrams (about 9 px labels) is reported, and so is a PNG whose labels
+    cannot be measured; at 400 px neither is asked for (the figure opens full size on a tap)."""
+    small = with_js(figure_page(tmp_path, record="text=9.10 ratio=2.5;"))
+    report, problems = measured(browser, tmp_path, small, 1280)
+    (fig,) = report["figures"]
+    assert problems == [f"figure Fig. 1.1 in '1.1. A section': its smallest label is {fig['label_px']:.1f} px as "
+                        f"shown ({fig['shown']} px wide); at least 11 px at 1280 px"], problems
+    assert measured(browser, tmp_path, small, 400)[1] == []
+    bare = with_js(figure_page(tmp_path, record=None))
+    assert measured(browser, tmp_path, bare, 1280)[1] == [
+        "figure Fig. 1.1 in '1.1. A section': its PNG carries no record of its smallest label, so its label size "
+        "cannot be measured (draw it through companion.notebook.viz.book_png)"]
+
+
+def test_the_record_is_what_book_png_writes(tmp_path):
+    """The record the tests plant is the one the book's figures carry, read back from a real figure."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from companion.notebook.diagrams import attention_steps
+
+    data, meta = book_png(attention_steps())
+    text, ratio = read_figure_record(data)
+    assert ratio == PIXEL_RATIO and text * min(1, 717 / meta["width"]) >= MIN_LABEL_PX - 0.01
 
 
 def chapter_top(before: str) -> str:

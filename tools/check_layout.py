@@ -28,6 +28,10 @@ the rendered boxes, not the source:
   scrolling box (_static/companion.css), it opens full size on a tap (it sits in a link to the image;
   _static/companion.js links a cell output's image), and it carries at most one line telling the reader
   to scroll or tap (text, or CSS-generated content on the figure, its caption or its output).
+- **figure labels** (item 3): at ``DESKTOP_PX`` and wider, every figure's smallest label as shown must be
+  at least ``MIN_LABEL_PX`` (11 px): its size at the designed width, recorded in the PNG by
+  ``companion.notebook.viz.book_png``, times the scale the page shows it at; a PNG without that record
+  is a problem too (its labels cannot be measured).
 - **the first screen** (item 4): what a chapter's top section shows before its first section: only
   paragraphs, lists and admonitions (the opening text and the learning objectives), with no code cell,
   output, toggle or image in them, and the run-time line (``p.chapter-runtime``, tools/chapterpage.py)
@@ -50,15 +54,20 @@ problem at any width: ``make book`` runs this check and fails with it (``ENFORCE
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import re
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_browser  # noqa: E402  (tools/check_browser.py: the browser and the page list)
 import tag_cells  # noqa: E402  (tools/tag_cells.py: the chapters whose set-up cells are not tagged yet)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from companion.notebook.viz import MIN_LABEL_PX, read_figure_record  # noqa: E402
 
 CODE_LINE_LIMIT = 88  # tests/test_notebooks.py MAX_LINE
 DESKTOP_PX = 1280
@@ -69,6 +78,7 @@ FIGURE_COLUMN_PX = 717  # the widest a figure is shown at 1280 px (companion.not
 # having been scaled is a problem (issue 39, item 7).
 MIN_EQUATION_SCALE = 0.7
 FIRST_SCREEN = "before the first section"  # the words every first-screen problem carries
+LABEL_SLACK = 0.05  # px: the shown width is measured to a pixel; not a relaxation of MIN_LABEL_PX
 EQUATION_HIDDEN = 0.05
 # A layout problem on any page at any width fails the check (exit status 1), and so `make book`
 # (issue 25: every page passed at 1280 and 400 px when this was switched on). --report-only overrides.
@@ -222,6 +232,10 @@ MEASURE = r"""
                       column: Math.round(col.right - col.left), hints, widget, visible: Math.round(s.width),
                       linked: !!(img.closest("a[href]")),
                       designed: Math.round(parseFloat(img.style.width) || parseFloat(img.getAttribute("width")) || img.naturalWidth),
+                      natural: img.naturalWidth, shown_exact: r.width,
+                      // where the PNG is (its record of its smallest text is read in Python: measure());
+                      // a data URL's record sits near its start, after the header
+                      src: img.src.startsWith("data:") ? img.src.slice(0, 6000) : img.src,
                       box_right: Math.round(s.right), column_right: Math.round(col.right),
                       scrolls: !!scroller, alt: (img.alt || "").slice(0, 40)});
   }
@@ -307,7 +321,34 @@ def measure(browser: check_browser.Browser, page: Path, width: int, height: int 
                           timeout=60_000)
     if "exceptionDetails" in result:
         raise RuntimeError(f"{page.name}: the measuring script failed: {result['exceptionDetails']}")
-    return json.loads(result["result"]["value"])
+    report = json.loads(result["result"]["value"])
+    for f in report.get("figures", []):
+        label_size(f)
+    return report
+
+
+def _png_head(src: str) -> bytes | None:
+    """The first bytes of the PNG an image shows: a file next to the page, or a data URL's start."""
+    if src.startswith("data:image/png;base64,"):
+        b64 = src.split(",", 1)[1]
+        return base64.b64decode(b64[: len(b64) // 4 * 4])
+    if src.startswith("file:"):
+        path = Path(unquote(urlparse(src).path))
+        return path.read_bytes()[:65536] if path.is_file() else None
+    return None
+
+
+def label_size(f: dict) -> None:
+    """Add to a figure's measurement the size of its smallest label as shown (``label_px``), from the
+    record ``companion.notebook.viz.book_png`` writes into the PNG (its smallest text at the designed
+    width, and PNG px per CSS px): text x shown width / (natural width / ratio). A PNG without the
+    record gets ``label_px`` None (issue 39, item 3: labels must be measurable)."""
+    head = _png_head(f.pop("src", ""))
+    record = read_figure_record(head) if head else None
+    f["label_px"] = None
+    if record and f.get("natural"):
+        text, ratio = record
+        f["label_px"] = round(text * f["shown_exact"] / (f["natural"] / ratio), 2)
 
 
 def _where(m: dict) -> str:
@@ -368,6 +409,13 @@ def problems_of(report: dict) -> list[str]:
                             f"at {f['column_right']} px")
         if f.get("hints", 0) > 1:
             problems.append(f"{name} carries {f['hints']} lines telling the reader to scroll or tap; one at most")
+        if desktop and "label_px" in f:  # issue 39, item 3: labels readable as shown on a laptop
+            if f["label_px"] is None:
+                problems.append(f"{name}: its PNG carries no record of its smallest label, so its label size "
+                                "cannot be measured (draw it through companion.notebook.viz.book_png)")
+            elif f["label_px"] < MIN_LABEL_PX - LABEL_SLACK:
+                problems.append(f"{name}: its smallest label is {f['label_px']:.1f} px as shown ({f['shown']} px "
+                                f"wide); at least {MIN_LABEL_PX} px at {DESKTOP_PX} px")
         if "linked" in f and not f["linked"] and not f.get("widget"):
             problems.append(f"{name} does not open full size on a tap (no link to the image)")
     # The first screen of a chapter page (main() says which pages are chapters; a page measured on its own,

@@ -184,17 +184,17 @@ def encoder_decoder() -> Figure:
     fig, ax = _canvas(9.0, 4.4)
     # Encoder column.
     ex, w = 0.9, 2.3
-    ax.text(ex + w / 2, 4.15, "encoder (x N)", ha="center", va="center", fontsize=FONT + 1,
+    ax.text(ex + w / 2, 4.15, "encoder ($\\times N$)", ha="center", va="center", fontsize=FONT + 1,
             weight="bold")
     _box(ax, ex, 0.2, w, 0.5, "source tokens + positions", TENSOR)
     _box(ax, ex, 1.1, w, 0.75, "self-attention\n(all source tokens)", OP)
     _box(ax, ex, 2.25, w, 0.55, "feed-forward", OP)
-    _box(ax, ex, 3.2, w, 0.55, "encoder output (S, d)", OUT)
+    _box(ax, ex, 3.2, w, 0.55, "encoder output $(S, d)$", OUT)
     for y_from, y_to in [(0.7, 1.1), (1.85, 2.25), (2.8, 3.2)]:
         _arrow(ax, (ex + w / 2, y_from), (ex + w / 2, y_to))
     # Decoder column.
     dx = 5.2
-    ax.text(dx + w / 2, 4.15, "decoder (x N)", ha="center", va="center", fontsize=FONT + 1,
+    ax.text(dx + w / 2, 4.15, "decoder ($\\times N$)", ha="center", va="center", fontsize=FONT + 1,
             weight="bold")
     _box(ax, dx, 0.2, w, 0.5, "shifted target + positions", TENSOR)
     _box(ax, dx, 0.95, w, 0.75, "masked self-attention\n(causal)", OP)
@@ -205,7 +205,7 @@ def encoder_decoder() -> Figure:
         _arrow(ax, (dx + w / 2, y_from), (dx + w / 2, y_to))
     # Encoder output feeds every decoder layer's cross-attention as keys and values.
     _arrow(ax, (ex + w, 3.47), (dx, 2.4), rad=0.0)
-    ax.text(4.2, 3.15, "keys, values\nfrom the encoder", ha="center", va="bottom",
+    ax.text(4.35, 3.25, "keys, values\nfrom the encoder", ha="center", va="bottom",
             fontsize=FONT - 1)
     # Mask pictures: rows = queries, columns = keys.
     cell = 0.13
@@ -213,11 +213,11 @@ def encoder_decoder() -> Figure:
     causal = [[j <= i for j in range(4)] for i in range(4)]
     cross = [[True] * 5 for _ in range(4)]
     _grid(ax, 0.12, 1.22, cell, full)
-    ax.text(0.38, 1.1, "S x S", ha="center", va="top", fontsize=FONT - 1)
+    ax.text(0.38, 1.1, "$S \\times S$", ha="center", va="top", fontsize=FONT - 1)
     _grid(ax, 7.65, 1.07, cell, causal)
-    ax.text(7.92, 0.95, "T x T", ha="center", va="top", fontsize=FONT - 1)
+    ax.text(7.92, 0.95, "$T \\times T$", ha="center", va="top", fontsize=FONT - 1)
     _grid(ax, 7.65, 2.07, cell, cross, colour="#fd8d3c")
-    ax.text(7.98, 1.95, "T x S", ha="center", va="top", fontsize=FONT - 1)
+    ax.text(7.98, 1.95, "$T \\times S$", ha="center", va="top", fontsize=FONT - 1)
     return fig
 
 
@@ -700,8 +700,8 @@ def moe_routing(n_experts: int = 6, top_k: int = 2, chosen: tuple[int, ...] = (1
     if len(gates) != top_k or abs(sum(gates) - 1.0) > 1e-6 or min(gates) < 0:
         raise ValueError(f"gates must hold top_k={top_k} non-negative weights summing to 1; got {gates}")
     fig, ax = _canvas(9.0, 3.2)
-    _box(ax, 0.15, 1.35, 0.9, 0.5, "token x", TENSOR)
-    _box(ax, 1.45, 1.3, 1.25, 0.6, "router\nsoftmax(x W_r)", OP)
+    _box(ax, 0.15, 1.35, 0.9, 0.5, "token $x$", TENSOR)
+    _box(ax, 1.45, 1.3, 1.25, 0.6, "router\n$\\mathrm{softmax}(x W_r)$", OP)
     _arrow(ax, (1.05, 1.6), (1.45, 1.6))
     ax.text(2.08, 0.95, f"keep the top {top_k}", ha="center", va="center", fontsize=FONT - 1)
     bw, gap = 0.8, 0.12
@@ -710,15 +710,15 @@ def moe_routing(n_experts: int = 6, top_k: int = 2, chosen: tuple[int, ...] = (1
     for e in range(n_experts):
         y = 0.2 + (n_experts - 1 - e) * heights
         on = e in chosen
-        label = f"expert {e}: g = {gates[chosen.index(e)]:.1f}" if on else f"expert {e}"
+        label = f"expert {e}: $g = {gates[chosen.index(e)]:.1f}$" if on else f"expert {e}"
         _box(ax, x0, y, bw + 0.9, heights - gap, label, OP if on else MASK,
              weight="bold" if on else "normal")
         if on:
             _arrow(ax, (2.7, 1.6), (x0, y + (heights - gap) / 2), colour="#2c7a2c")
             _arrow(ax, (x0 + bw + 0.9, y + (heights - gap) / 2), (6.3, 1.6), colour="#2c7a2c")
     _box(ax, 6.3, 1.3, 0.9, 0.6, "sum", OP)
-    _box(ax, 7.6, 1.35, 1.25, 0.5, "y = sum g_e E_e(x)", OUT, size=FONT - 1)
-    _arrow(ax, (7.2, 1.6), (7.6, 1.6))
+    _box(ax, 7.5, 1.3, 1.45, 0.6, "$y = \\sum_e g_e\\,\\mathcal{E}_e(x)$", OUT)
+    _arrow(ax, (7.2, 1.6), (7.5, 1.6))
     return fig
 
 
@@ -775,7 +775,9 @@ def block_tables(tables: dict, n_pages: int, page_size: int) -> Figure:
             ax.add_patch(Rectangle((x, y), cell * filled, cell, facecolor=colour[sid], linewidth=0))
             ax.add_patch(Rectangle((x, y), cell, cell, facecolor="none", edgecolor="#444444", linewidth=0.8,
                                    hatch="//" if len(owners[page]) > 1 else None))
-            ax.text(x + cell / 2, y + cell / 2, str(page), ha="center", va="center", fontsize=9)
+            # on a white patch of its own, so that a shared page's hatching does not run through it
+            ax.text(x + cell / 2, y + cell / 2, str(page), ha="center", va="center", fontsize=9,
+                    bbox=dict(facecolor="white", edgecolor="none", pad=0.6))
     legend = [("white", None, "free page"), (SHARED, "//", "shared page (ref > 1)"),
               (SEQ_COLOURS[0], None, f"filled slots (p = {page_size})")]
     for i, (face, hatch, label) in enumerate(legend):

@@ -81,8 +81,8 @@ def gpt_architecture(n_layer: int = 2) -> Figure:
     fig, ax = _canvas(9.0, 3.6)
     y, h = 1.35, 0.6
     _box(ax, 0.05, y, 0.8, h, "token ids", TENSOR)
-    _box(ax, 1.05, y + 0.45, 1.25, 0.5, "wte (V, d)", OP, size=FONT - 1)
-    _box(ax, 1.05, y - 0.35, 1.25, 0.5, "wpe (T_max, d)", OP, size=FONT - 1)
+    _box(ax, 1.05, y + 0.45, 1.25, 0.5, "wte $(V, d)$", OP, size=FONT - 1)
+    _box(ax, 1.05, y - 0.35, 1.25, 0.5, "wpe $(T_{\\max}, d)$", OP, size=FONT - 1)
     _box(ax, 2.45, y + 0.1, 0.4, 0.4, "+", OP)
     _arrow(ax, (0.85, y + 0.45), (1.05, y + 0.7))
     _arrow(ax, (0.85, y + 0.15), (1.05, y - 0.1))
@@ -98,7 +98,7 @@ def gpt_architecture(n_layer: int = 2) -> Figure:
     ax.text(2.98, y + 0.75, "(B, T, d)", ha="center", va="center", fontsize=FONT - 1, rotation=90)
     row_attn, row_mlp = 2.2, 0.55
     for row, label, inner in ((row_attn, "causal\nself-attention", "h heads of d/h"),
-                              (row_mlp, "MLP\nd -> 4d -> d", "GELU")):
+                              (row_mlp, "MLP\n$d \\to 4d \\to d$", "GELU")):
         _box(ax, bx + 0.45, row, 0.6, 0.45, "LN", OP)
         _box(ax, bx + 1.35, row - 0.05, 1.3, 0.55, label, OP, size=FONT - 1)
         _box(ax, bx + 3.0, row, 0.4, 0.45, "+", OP)
@@ -121,7 +121,8 @@ def gpt_architecture(n_layer: int = 2) -> Figure:
     # after the blocks
     _arrow(ax, (bx + 3.4, row_mlp + 0.22), (7.25, y + 0.3))
     _box(ax, 7.25, y + 0.05, 0.5, 0.5, "LN", OP)
-    _box(ax, 7.25, y + 1.0, 1.65, 0.55, "head = wte^T\n(tied, d -> V)", OP, size=FONT - 1)
+    _box(ax, 7.25, y + 1.0, 1.65, 0.55, "head: $\\mathrm{wte}^{\\top}$\n(tied, $d \\to V$)", OP,
+         size=FONT - 1)
     _arrow(ax, (7.5, y + 0.55), (7.5, y + 1.0))
     _box(ax, 7.95, 0.35, 0.95, 0.55, "logits", OUT)
     _arrow(ax, (8.5, y + 1.0), (8.45, 0.9))
@@ -168,10 +169,10 @@ def sampling_step() -> Figure:
     fig, ax = _canvas(9.0, 2.4)
     y, h = 1.2, 0.75
     stages = [(0.05, 1.3, "prefix\n(last T tokens)", TENSOR),
-              (1.6, 1.2, "model: last\nrow z (V,)", OP),
-              (3.05, 1.0, "z / tau\n(temperature)", OP),
-              (4.3, 1.45, "top-k / top-p:\nothers -> -inf", MASK),
-              (6.0, 1.1, "softmax:\np (V,)", OP),
+              (1.6, 1.2, "model: last\nrow $z$ $(V,)$", OP),
+              (3.05, 1.0, "$z / \\tau$\n(temperature)", OP),
+              (4.3, 1.45, "top-$k$ / top-$p$:\nothers $\\to -\\infty$", MASK),
+              (6.0, 1.1, "softmax:\n$p$ $(V,)$", OP),
               (7.35, 1.6, "draw one id\n(greedy: argmax)", OUT)]
     _chain(ax, stages, y, h)
     _arrow(ax, (8.15, y), (0.7, y), colour="#2c7a2c", rad=-0.12)

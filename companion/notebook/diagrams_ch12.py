@@ -89,7 +89,10 @@ def pages_to_seats(tables: dict, seats: dict, n_pages: int, page_size: int) -> F
     entry, tx = 0.36, x0
     table_x: dict[int, float] = {}
     for sid, (table, _) in tables.items():
-        ax.text(tx, y_tab + 0.47, f"seq {sid}", ha="left", va="center", fontsize=FONT)
+        # the name on the table's left, level with it: the arrows from the pool end on the table's
+        # top edge and leave from its bottom edge, so they never cross a name
+        ax.text(tx, y_tab + 0.15, f"seq {sid}", ha="left", va="center", fontsize=FONT)
+        tx += 0.6
         table_x[sid] = tx
         for k, page in enumerate(table):
             ax.add_patch(Rectangle((tx + k * entry, y_tab), entry, 0.3, facecolor=face[page],
@@ -97,7 +100,7 @@ def pages_to_seats(tables: dict, seats: dict, n_pages: int, page_size: int) -> F
                                    hatch="//" if len(owners[page]) > 1 else None))
             ax.text(tx + (k + 0.5) * entry, y_tab + 0.15, str(page), ha="center", va="center",
                     fontsize=FONT, bbox=dict(facecolor="white", edgecolor="none", pad=0.6))
-        tx += len(table) * entry + 0.45
+        tx += len(table) * entry + 0.3
     # seat rows: token j of a sequence at column j, runs of p coloured by their page
     y_seat = y_tab - 0.75
     ax.text(0.05, y_seat + 0.15, "seats", ha="left", va="center", fontsize=FONT, weight="bold")

@@ -19,6 +19,7 @@ What this module provides
 from __future__ import annotations
 
 import io
+import re
 import struct
 from typing import Sequence
 
@@ -27,12 +28,14 @@ import torch
 from matplotlib.figure import Figure
 
 __all__ = ["use_book_style", "attention_heatmap", "book_png", "legend_off_data", "text_px",
+           "figure_record", "read_figure_record",
            "DPI", "PIXEL_RATIO", "COLUMN_PX", "MIN_LABEL_PX"]
 
 DPI = 80  # CSS px per inch of a figure (a point of text is 80/72 = 1.11 CSS px)
 PIXEL_RATIO = 2.5  # PNG pixels per CSS px: 200 dpi
 COLUMN_PX = 717  # a cell output's width in the book's column at a 1280 px window (tools/check_layout.py)
 MIN_LABEL_PX = 11  # the smallest text a figure may show, in CSS px at that width
+RECORD_KEY = "companion:figure"  # the PNG text chunk that carries a figure's smallest text (figure_record)
 # Okabe and Ito's eight colours: told apart with the common colour-vision deficiencies and in grey print.
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
@@ -156,9 +159,26 @@ def legend_off_data(ax) -> bool:
     return True
 
 
-def book_png(fig: Figure) -> tuple[bytes, dict] | None:
-    """``fig`` as the book shows it: the rules above applied, PNG at ``PIXEL_RATIO`` x, and
-    ``{"width": css_px}`` for the page (myst-nb writes it on the ``<img>``; the height follows)."""
+def figure_record(fig: Figure, ratio: float) -> dict[str, str]:
+    """The PNG text chunk ``book_png`` writes: the figure's smallest text in CSS px at its designed
+    width, and the PNG pixels per CSS px, so a check of the built page (tools/check_layout.py) can
+    tell how large a label is as shown: ``text * shown width / (PNG width / ratio)``."""
+    sizes = [t.get_fontsize() for t in _texts(fig)]
+    text = min(sizes) * fig.dpi / 72 if sizes else 0.0
+    return {RECORD_KEY: f"text={text:.2f} ratio={ratio:g};"}
+
+
+def read_figure_record(png: bytes) -> tuple[float, float] | None:
+    """``(smallest text in CSS px, PNG px per CSS px)`` from a PNG ``book_png`` wrote, else None."""
+    found = re.search(rb"companion:figure\x00text=([0-9.]+) ratio=([0-9.]+);", png)
+    return (float(found[1]), float(found[2])) if found else None
+
+
+def book_png(fig: Figure, ratio: float = PIXEL_RATIO) -> tuple[bytes, dict] | None:
+    """``fig`` as the book shows it: the rules above applied, PNG at ``ratio`` x (``PIXEL_RATIO``,
+    or 1 for the many frames of a frame player), its smallest text recorded in the PNG
+    (``figure_record``), and ``{"width": css_px}`` for the page (myst-nb writes it on the
+    ``<img>``; the height follows)."""
     if not fig.axes and not fig.texts and not fig.patches:
         return None
     if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(): give it a canvas that draws
@@ -174,9 +194,10 @@ def book_png(fig: Figure) -> tuple[bytes, dict] | None:
         pass
     for attempt in range(2):
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=fig.dpi * PIXEL_RATIO, bbox_inches="tight", facecolor="white")
+        fig.savefig(buffer, format="png", dpi=fig.dpi * ratio, bbox_inches="tight", facecolor="white",
+                    metadata=figure_record(fig, ratio))
         data = buffer.getvalue()
-        width = struct.unpack(">II", data[16:24])[0] / PIXEL_RATIO  # the PNG header, in CSS px
+        width = struct.unpack(">II", data[16:24])[0] / ratio  # the PNG header, in CSS px
         if width <= COLUMN_PX or attempt:
             break
         # Wider than the column with its labels and legend (the tight box): the page shrinks it by

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import itertools
 import json
 import math
@@ -40,6 +39,7 @@ import torch
 from companion.attention import stable_softmax
 from companion.inference.generate import filter_logits
 from companion.positions import sinusoidal_table
+from companion.notebook.viz import book_png
 
 __all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer",
            "FramePlayer", "frame_player", "softmax_temperature_frames", "sampling_frames", "positional_encoding_frames",
@@ -293,15 +293,16 @@ class FramePlayer:
                 + f'<img src="{first}" alt="{html.escape(self.alt)}" style="max-width:100%;height:auto"></div>')
 
 
-def _png(fig, dpi: int) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+def _png(fig) -> str:
+    """One frame as a data URL: the book's PNG (labels >= 11 px, recorded in the PNG) at one PNG pixel
+    per CSS px, since a player carries many frames."""
+    data, _ = book_png(fig, ratio=1)
     plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
 def frame_player(draw: Callable[..., object], grid: dict[str, Sequence[float]], start: dict[str, float], *,
-                 fmt: str = "{:.2f}", alt: str = "", dpi: int = 72) -> FramePlayer:
+                 fmt: str = "{:.2f}", alt: str = "") -> FramePlayer:
     """Draw ``draw(**values)`` (a function returning a matplotlib figure) at every point of ``grid``
     (slider name -> its positions) and return the ``FramePlayer`` that shows them, starting at ``start``."""
     if not grid or any(len(v) < 2 for v in grid.values()):
@@ -315,7 +316,7 @@ def frame_player(draw: Callable[..., object], grid: dict[str, Sequence[float]], 
     frames = {}
     for point in itertools.product(*(range(len(v)) for v in values)):
         kwargs = {n: vals[i] for n, vals, i in zip(names, values, point)}
-        frames[",".join(map(str, point))] = _png(draw(**kwargs), dpi)
+        frames[",".join(map(str, point))] = _png(draw(**kwargs))
     return FramePlayer(names, values, frames, [vals.index(start[n]) for n, vals in zip(names, values)], fmt, alt)
 
 
