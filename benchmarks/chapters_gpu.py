@@ -20,6 +20,7 @@ they are upper bounds on a chapter alone (run it alone for its own time).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -50,6 +51,15 @@ def run_chapter(path: Path, env: dict, timeout: float) -> dict:
             "first_failure": f"cell {first.group(1)}" if first else "", "output": out}
 
 
+def times_record(results: list[dict], device: str, torch_version: str, jobs: int, dry_run: bool = False) -> dict:
+    """What ``--times`` writes: the seconds of every chapter that passed (one that failed or timed out has
+    no time a reader could go by), with the device, torch and how many chapters ran at once."""
+    return {"note": "written by benchmarks/chapters_gpu.py --times; tools/chapterpage.py reads it",
+            "date": time.strftime("%Y-%m-%d"), "device": device, "torch": torch_version, "jobs": jobs,
+            "dry_run": dry_run,  # a CPU dry run's times are no GPU's: tools/chapterpage.py ignores them
+            "seconds": {r["chapter"]: round(r["seconds"], 1) for r in results if r["status"] == "passed"}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("chapters", nargs="*", help="notebooks (default: every book/ch*.ipynb)")
@@ -57,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per chapter before it is stopped")
     ap.add_argument("--dry-run", action="store_true", help="COMPANION_DRY_RUN=1: the gpu code paths on a CPU")
     ap.add_argument("--log", type=Path, help="write each failed chapter's pytest output here")
+    ap.add_argument("--times", type=Path, help="write the passing chapters' times here as JSON (copy it to "
+                    "book/chapter_times_gpu.json for the chapters' time line, tools/chapterpage.py)")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1; got {args.jobs}")
@@ -91,6 +103,9 @@ def main(argv=None) -> int:
         print(f"| {r['chapter']} | {r['status']} | {r['seconds']:.0f} | {r['passed']} | {r['failed']} | "
               f"{r['first_failure']} |")
     bad = [r for r in results if r["status"] != "passed"]
+    if args.times is not None:
+        args.times.write_text(json.dumps(times_record(results, device, torch.__version__, args.jobs,
+                                                    args.dry_run), indent=1) + "\n")
     if args.log is not None and bad:
         args.log.write_text("\n\n".join(f"===== {r['chapter']} ({r['status']})\n{r['output']}" for r in bad))
     return 1 if bad else 0

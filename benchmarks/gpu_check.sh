@@ -76,7 +76,8 @@ if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
     run 4-serving-compiled 100 0 "$PY" benchmarks/serving_gpu.py --d-model 1024 --layers 8 --heads 8 \
         --kv-heads 2 --requests 32 --new 32 --reps 2 --skip check bandwidth
     run 5-train 55 0 "$PY" benchmarks/train_gpu.py --steps 10 --warmup 3 --batch 8
-    run 6-chapters 170 0 "$PY" benchmarks/chapters_gpu.py --jobs 7 --timeout 160 --log "$OUT_DIR/6-chapters.log"
+    run 6-chapters 170 0 "$PY" benchmarks/chapters_gpu.py --jobs 7 --timeout 160 --log "$OUT_DIR/6-chapters.log" \
+        --times "$OUT_DIR/chapter_times_gpu.json"
 else
     echo "gpu_check: no CUDA: running each piece's CPU smoke mode instead"
     run 1-cuda-tests 120 0 "$PY" -m pytest -m gpu tests --collect-only -q -p no:cacheprovider -o addopts="" \
@@ -86,7 +87,7 @@ else
     run 4-serving-compiled 60 2 "$PY" benchmarks/serving_gpu.py --skip check bandwidth
     run 5-train 60 2 "$PY" benchmarks/train_gpu.py --steps 1 --warmup 1 --batch 1 --context 16
     run 6-chapters 180 0 "$PY" benchmarks/chapters_gpu.py --dry-run --jobs 1 --timeout 170 \
-        --log "$OUT_DIR/6-chapters.log" book/ch01_attention.ipynb
+        --log "$OUT_DIR/6-chapters.log" --times "$OUT_DIR/chapter_times_gpu.json" book/ch01_attention.ipynb
 fi
 
 "$PY" tools/gpu_report.py summary "$OUT_DIR"

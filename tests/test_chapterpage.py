@@ -33,6 +33,33 @@ def test_the_line_comes_from_the_measured_time():
     assert chapterpage.runtime_text("book/intro", RECORD) is None
 
 
+def test_a_gpu_run_adds_its_time_with_the_device_named():
+    """benchmarks/chapters_gpu.py --times writes the record; side by side (jobs > 1) is an upper bound."""
+    side_by_side = {"device": "NVIDIA H200", "jobs": 7, "seconds": {"ch04_gpt.ipynb": 71.2}}
+    assert chapterpage.runtime_text("book/ch04_gpt", RECORD, side_by_side) == (
+        "Runs in about 85 s on a CPU (quick profile); in under 2 min on an NVIDIA H200 (gpu profile).")
+    alone = {"device": "Tesla T4", "jobs": 1, "seconds": {"ch04_gpt.ipynb": 44.0}}
+    assert chapterpage.runtime_text("book/ch04_gpt", RECORD, alone) == (
+        "Runs in about 85 s on a CPU (quick profile); about 45 s on a Tesla T4 (gpu profile).")
+    # a chapter the GPU run has no time for (it failed there), and a CPU dry run's record: no GPU half
+    assert chapterpage.runtime_text("book/ch01_attention", RECORD, alone).endswith("(quick profile).")
+    dry = {**alone, "dry_run": True}
+    assert chapterpage.runtime_text("book/ch04_gpt", RECORD, dry) == "Runs in about 85 s on a CPU (quick profile)."
+
+
+def test_chapters_gpu_writes_the_record_chapterpage_reads(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import chapters_gpu
+
+    results = [{"chapter": "ch04_gpt.ipynb", "status": "passed", "seconds": 71.24},
+               {"chapter": "ch09_x.ipynb", "status": "timed out", "seconds": 160.0}]
+    path = tmp_path / "chapter_times_gpu.json"
+    path.write_text(json.dumps(chapters_gpu.times_record(results, "NVIDIA H200", "2.11.0", 7)))
+    rec = chapterpage.load_times(path)
+    assert rec["seconds"] == {"ch04_gpt.ipynb": 71.2} and rec["dry_run"] is False
+    assert chapterpage.runtime_text("book/ch04_gpt", RECORD, rec).endswith("in under 2 min on an NVIDIA H200 (gpu profile).")
+
+
 def test_the_book_time_is_the_sum():
     text = chapterpage.book_time_text(RECORD)
     assert text == ("Run one after another on a 2-core CPU in the quick profile, the 3 chapters take about 4 min "

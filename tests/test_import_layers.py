@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("models", ["companion.models"]),
     ("data", ["companion.tokenizers", "companion.data"]),
     ("inference", ["companion.inference"]),
-    ("accounting", ["companion.accounting", "companion.hf"]),
+    ("accounting", ["companion.accounting", "companion.opcount", "companion.hf"]),
     ("systems", ["companion.engine", "companion.training"]),
     ("notebook", ["companion.notebook", "companion.exercises", "companion.course"]),
     ("entry points", ["companion", "companion.__main__"]),

@@ -7,7 +7,9 @@ Generated at build time from what the chapters hold, so nothing is typed by hand
   the measured time of the chapter in ``book/chapter_times.json`` (written by conftest.py after a full
   nbval run; tools/backmatter.py reads it for the instructor guide too). The file is a dependency of
   every chapter page, so a new measurement rebuilds them. A chapter with no measurement says the
-  budget every chapter is held to (CONTRIBUTING.md: under 120 s).
+  budget every chapter is held to (CONTRIBUTING.md: under 120 s). When ``book/chapter_times_gpu.json``
+  (``benchmarks/chapters_gpu.py --times``, copied from a GPU run's results) holds the chapter, the line
+  adds its time there with the device named: ``...; in under 2 min on an NVIDIA H200 (gpu profile).``
 - **The book's run time** for the landing page: the MyST substitution ``{{ book_run_time }}``
   (book/intro.md), the sum of the measured chapter times, with the range and the machine.
 - **The exercise-difficulty legend.** A chapter's ``Exercises`` section opens with the legend of the
@@ -21,10 +23,12 @@ pages carry them.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 TIMES = Path("book") / "chapter_times.json"
+GPU_TIMES = Path("book") / "chapter_times_gpu.json"  # benchmarks/chapters_gpu.py --times, from a GPU run
 RUNTIME_CLASS = "chapter-runtime"
 LEGEND_CLASS = "exercise-legend"
 BUDGET_S = 120  # CONTRIBUTING.md, "Budget"
@@ -50,15 +54,33 @@ def about_seconds(s: float) -> str:
     return f"about {max(5, int(5 * round(s / 5)))} s"
 
 
-def runtime_text(docname: str, rec: dict) -> str | None:
-    """The time line of chapter ``docname`` (``book/ch01_attention``), or None for a page that is no chapter."""
+def gpu_text(seconds: float, rec: dict) -> str:
+    """The GPU half of the time line: the device named; a time measured with other chapters running
+    beside it (``jobs`` > 1) is an upper bound, so it is said as one."""
+    device = rec.get("device") or "a GPU"
+    if not device.startswith("a "):  # "an NVIDIA H200", "an H100", "a Tesla T4": by the first word's sound
+        word = device.split()[0]
+        an = word[0] in ("AEFHILMNORSX" if word.isupper() else "AEIOUaeiou")
+        device = f"{'an' if an else 'a'} {device}"
+    if int(rec.get("jobs", 1)) > 1:
+        bound = f"{math.ceil(seconds / 60)} min" if seconds >= 60 else f"{5 * math.ceil(seconds / 5)} s"
+        return f"in under {bound} on {device} (gpu profile)"
+    return f"{about_seconds(float(seconds))} on {device} (gpu profile)"
+
+
+def runtime_text(docname: str, rec: dict, gpu: dict | None = None) -> str | None:
+    """The time line of chapter ``docname`` (``book/ch01_attention``), or None for a page that is no chapter.
+    ``rec``: the CPU record (``TIMES``); ``gpu``: the record benchmarks/chapters_gpu.py ``--times`` wrote
+    (``GPU_TIMES``), whose chapters that passed add their GPU time."""
     m = CHAPTER.search(docname)
     if not m:
         return None
-    seconds = rec.get("seconds", {}).get(m.group(1) + ".ipynb")
-    if seconds is None:
-        return f"Runs in under {BUDGET_S // 60} min on a CPU (quick profile)."
-    return f"Runs in {about_seconds(float(seconds))} on a CPU (quick profile)."
+    name = m.group(1) + ".ipynb"
+    seconds = rec.get("seconds", {}).get(name)
+    cpu = (f"under {BUDGET_S // 60} min" if seconds is None else about_seconds(float(seconds)))
+    on_gpu = None if (gpu or {}).get("dry_run") else (gpu or {}).get("seconds", {}).get(name)
+    tail = f"; {gpu_text(float(on_gpu), gpu)}" if on_gpu is not None else ""
+    return f"Runs in {cpu} on a CPU (quick profile){tail}."
 
 
 def book_time_text(rec: dict) -> str:
@@ -127,10 +149,13 @@ def _config_inited(app, config) -> None:
 
 def _doctree_read(app, doctree) -> None:
     docname = app.env.docname
-    text = runtime_text(docname, load_times(_times_path(app)))
+    gpu_path = Path(app.srcdir) / GPU_TIMES
+    text = runtime_text(docname, load_times(_times_path(app)), load_times(gpu_path))
     if text is None:
         return
     app.env.note_dependency(str(_times_path(app)))
+    if gpu_path.exists():
+        app.env.note_dependency(str(gpu_path))
     add_runtime(doctree, text)
     add_legend(doctree)
 
