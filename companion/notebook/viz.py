@@ -192,17 +192,20 @@ def book_png(fig: Figure, ratio: float = PIXEL_RATIO) -> tuple[bytes, dict] | No
         _lift_small_text(fig)
     except Exception:  # noqa: BLE001
         pass
-    for attempt in range(2):
+    for attempt in range(4):
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=fig.dpi * ratio, bbox_inches="tight", facecolor="white",
                     metadata=figure_record(fig, ratio))
         data = buffer.getvalue()
         width = struct.unpack(">II", data[16:24])[0] / ratio  # the PNG header, in CSS px
-        if width <= COLUMN_PX or attempt:
+        # Wider than the column with its labels and legend (the tight box), the page shrinks it by
+        # COLUMN_PX / width, so its smallest text must be that much larger; lifting text can widen
+        # the tight box again (tick labels, a legend outside the axes), hence the few rounds.
+        scale = min(1.0, COLUMN_PX / width)
+        sizes = [t.get_fontsize() for t in _texts(fig)]
+        if not sizes or min(sizes) * fig.dpi / 72 * scale >= MIN_LABEL_PX - 1e-6:
             break
-        # Wider than the column with its labels and legend (the tight box): the page shrinks it by
-        # COLUMN_PX / width, so its smallest text must be that much larger.
-        _lift_small_text(fig, COLUMN_PX / width)
+        _lift_small_text(fig, scale)
     return data, {"width": round(width)}
 
 
