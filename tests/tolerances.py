@@ -19,7 +19,7 @@ import math
 
 import torch
 
-U = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
+U = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
 
 def gamma(n: int, dtype: torch.dtype = torch.float32) -> float:
@@ -69,7 +69,7 @@ def matmul_atol(a: torch.Tensor, b: torch.Tensor, *, sides: int = 2, dtype: torc
 
 
 def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, rescales: int = 0,
-                   sides: int = 2, dtype: torch.dtype = torch.float32) -> float:
+                   sides: int = 2, bias: float = 0.0, dtype: torch.dtype = torch.float32) -> float:
     """Largest difference between two computations of softmax(scale q k^T + mask) v (any order, any
     blocking, any mask: masked keys only shorten the sums), from the arithmetic of one of them:
 
@@ -85,29 +85,32 @@ def attention_atol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: 
 
     One computation is within e = max|v| ((e^(2 Delta) - 1) + gamma_{S+5+5 rescales} + gamma_S) of the
     exact result; two differ by at most ``sides`` * e (``sides=1`` against a float64 oracle). q is
-    (..., T, d), k and v (..., S, d) with any number of heads (GQA: the bound uses maxima only)."""
+    (..., T, d), k and v (..., S, d) with any number of heads (GQA: the bound uses maxima only). An
+    additive mask of finite entries up to ``bias`` in size rounds once more when it is added to a score:
+    Delta grows by u (max|s| + bias), which the factor 2 in Delta covers for max|s|; ``bias`` adds u bias."""
     d, S = q.shape[-1], k.shape[-2]
     scale = d ** -0.5 if scale is None else scale
     qn = q.detach().double().norm(dim=-1).max().item()
     kn = k.detach().double().norm(dim=-1).max().item()
-    delta = gamma(d + 3, dtype) * 2 * scale * qn * kn
+    delta = gamma(d + 3, dtype) * 2 * scale * qn * kn + U[dtype] * bias
     vmax = v.detach().double().abs().max().item()
     e = vmax * (math.expm1(2 * delta) + gamma(S + 5 + 5 * rescales, dtype) + gamma(S, dtype))
     return sides * e
 
 
 def logsumexp_atol(q: torch.Tensor, k: torch.Tensor, *, scale: float | None = None, rescales: int = 0, sides: int = 2,
-                   dtype: torch.dtype = torch.float32) -> float:
+                   bias: float = 0.0, dtype: torch.dtype = torch.float32) -> float:
     """Largest difference between two computations of logsumexp_j(scale q_i . k_j) over the keys a mask
     allows, by the steps of ``attention_atol``: the scores are within Delta, which moves the result by at most
     Delta (logsumexp is 1-Lipschitz in the max norm); the exps, the S-term sum and its rescalings are within
     gamma_{S+5+5 rescales} relative, so log moves by at most that (log(1 + x) <= x); the log itself and the
-    max added back round once on |lse| <= max|s| + log S. Twice that for two computations (``sides``)."""
+    max added back round once on |lse| <= max|s| + log S. Twice that for two computations (``sides``).
+    ``bias``: the largest finite entry of an additive mask, as in ``attention_atol``."""
     d, S = q.shape[-1], k.shape[-2]
     scale = d ** -0.5 if scale is None else scale
     smax = scale * q.detach().double().norm(dim=-1).max().item() * k.detach().double().norm(dim=-1).max().item()
-    delta = gamma(d + 2, dtype) * 2 * smax
-    e = delta + gamma(S + 5 + 5 * rescales, dtype) + 2 * U[dtype] * (smax + math.log(max(S, 1)))
+    delta = gamma(d + 2, dtype) * 2 * smax + U[dtype] * bias
+    e = delta + gamma(S + 5 + 5 * rescales, dtype) + 2 * U[dtype] * (smax + bias + math.log(max(S, 1)))
     return sides * e
 
 
