@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "companion"
 
 LAYERS: list[tuple[str, list[str]]] = [
-    ("mathematics", ["companion.files", "companion.precision", "companion.attention", "companion.positions", "companion.norms",
+    ("mathematics", ["companion.files", "companion.precision", "companion.tolerance", "companion.attention", "companion.positions", "companion.norms",
                      "companion.feedforward", "companion.attention_backward"]),
     ("kernels", ["companion.kernels"]),  # the attention entry point and its backends sit under the layers
     ("cache", ["companion.cache"]),

@@ -23,7 +23,7 @@ LIMIT = 1e-4
 LITERAL = re.compile(r"\b(atol|rtol)\s*=\s*(\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?)")
 CITES = re.compile(r"#.*\b(tolerances|derived|derivation|bound|ulps?|float64)\b", re.IGNORECASE)
 NAMES = [n for n in dir(tolerances) if not n.startswith("_") and callable(getattr(tolerances, n))
-         and getattr(getattr(tolerances, n), "__module__", "") == "tolerances"]
+         and getattr(getattr(tolerances, n), "__module__", "") in ("tolerances", "companion.tolerance")]
 
 # (notebook, cell id) -> why it is allowed for now. The chapter authors re-derive these (issue 36). Keyed by
 # the cell's id (stable when cells are added or removed around it), not by its index.
