@@ -6,10 +6,13 @@ by operation. Each operation costs a roughly fixed overhead whatever its size (c
 arguments, dispatching it, on a GPU launching its kernel), so when the tensors are small, as in this
 book's CPU models, or a GPU's decode step, the count is the part of a forward pass's time that does not
 grow with the batch. ``torch.utils.flop_counter.FlopCounterMode`` counts the part that does. Unlike a
-timing, both counts are the same on every machine for the same code and the same inputs.
+timing, both counts are the same on every machine for the same code, inputs and PyTorch version.
 
 The count sees ATen operations only: Python work between them (a scheduler's bookkeeping) is not
-counted, and an operation that a compiled region fuses away is not seen at all.
+counted, and an operation that a compiled region fuses away is not seen at all. A composite operation
+is counted as the operations it is made of, under ``no_grad`` and ``inference_mode`` alike. The count
+is a property of the code and of the PyTorch version: the same on every machine, though a first call
+that builds a cached table may count a few more than the next.
 """
 
 from __future__ import annotations
@@ -34,5 +37,13 @@ class OpCount(TorchDispatchMode):
         return sum(self.by_name.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # A composite operation (linear, rms_norm, ...) reaches this mode whole under
+        # torch.inference_mode but as its parts under no_grad: count its parts either way, as
+        # FlopCounterMode does, so that the count does not depend on the grad mode.
+        with self:
+            parts = func.decompose(*args, **kwargs)
+        if parts is not NotImplemented:
+            return parts
         self.by_name[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)

@@ -40,7 +40,7 @@ def test_window_reach_rejects_bad_sizes():
 def test_moe_routing_highlights_the_chosen_experts_with_their_gates():
     fig = moe_routing(5, 2, chosen=(0, 3), gates=(0.6, 0.4))
     shown = [t.get_text() for t in texts(fig)]
-    assert "expert 0: $g = 0.6$" in shown and "expert 3: $g = 0.4$" in shown
+    assert "expert 0: $g_0 = 0.6$" in shown and "expert 3: $g_3 = 0.4$" in shown
     assert {"expert 1", "expert 2", "expert 4"} <= set(shown)
     assert_readable_layout(moe_routing())
 

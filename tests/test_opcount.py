@@ -32,6 +32,18 @@ def test_nothing_outside_the_block_and_backward_inside_it():
     with OpCount() as ops:
         (x * 2).sum().backward()
     assert ops.by_name["mul"] >= 2 and ops.by_name["sum"] == 1   # forward and backward's mul
-    outside = OpCount()
-    torch.ones(2) + 1
-    assert outside.n == 0
+    counted = ops.n
+    torch.ones(2) + 1                     # after the block: no longer counted
+    assert ops.n == counted
+
+
+def test_the_count_does_not_depend_on_the_grad_mode():
+    """Under inference_mode composite operations arrive whole; they are counted by their parts."""
+    layer = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16))
+    x = torch.randn(4, 8)
+    counts = []
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode(), OpCount() as ops:
+            layer(x)
+        counts.append(dict(ops.by_name))
+    assert counts[0] == counts[1] and "linear" not in counts[1]

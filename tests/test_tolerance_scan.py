@@ -29,20 +29,6 @@ NAMES = [n for n in dir(tolerances) if not n.startswith("_") and callable(getatt
 # the cell's id (stable when cells are added or removed around it), not by its index.
 _CH = "float32 comparison of two computations with a fixed tolerance: to derive (tests/tolerances.py)"
 NOTEBOOK_ALLOWED = {
-    ("ch02_positions.ipynb", "c013b"): "least-squares fit against the matrix it recovers: " + _CH,
-    ("ch02_positions.ipynb", "c073"): "RoPE by pairs at equal positions: " + _CH,
-    ("ch03_transformer.ipynb", "c010b"): "two linear maps against their collapsed product: " + _CH,
-    ("ch03_transformer.ipynb", "c018"): "a row in a padded batch against the row alone: " + _CH,
-    ("ch03_transformer.ipynb", "c040a"): "softmax rows summing to 1 (a 1-term bound, gamma_T): " + _CH,
-    ("ch04_gpt.ipynb", "c013"): "parallel against sequential attention: " + _CH,
-    ("ch05_learning.ipynb", "c024"): "Adam's first step, -lr sign(g), within 1e-8 + 1e-4 relative: " + _CH,
-    ("ch07_rope.ipynb", "c018c"): "split against interleaved RoPE layouts: " + _CH,
-    ("ch07_rope.ipynb", "c042"): "rtol=1e-6 on frequencies computed two ways: " + _CH,  # tolerances: a reason string
-    ("ch10_kv_cache.ipynb", "c007"): "first rows alone against within 13 rows: " + _CH,
-    ("ch10_kv_cache.ipynb", "c022"): "chunked prefill against one pass: " + _CH,
-    ("ch10_kv_cache.ipynb", "c025"): "cached decode against the full forward: " + _CH,
-    ("ch11_flash.ipynb", "c050"): "fused against unfused attention: " + _CH,
-    ("ch12_paged_serving.ipynb", "f5a96667"): "paged attention against dense: " + _CH,
     ("ch13_capstone.ipynb", "export-check"): "the capstone model against transformers': " + _CH,
 }
 

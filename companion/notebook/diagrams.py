@@ -710,15 +710,15 @@ def moe_routing(n_experts: int = 6, top_k: int = 2, chosen: tuple[int, ...] = (1
     for e in range(n_experts):
         y = 0.2 + (n_experts - 1 - e) * heights
         on = e in chosen
-        label = f"expert {e}: $g = {gates[chosen.index(e)]:.1f}$" if on else f"expert {e}"
+        label = f"expert {e}: $g_{e} = {gates[chosen.index(e)]:.1f}$" if on else f"expert {e}"
         _box(ax, x0, y, bw + 0.9, heights - gap, label, OP if on else MASK,
              weight="bold" if on else "normal")
         if on:
             _arrow(ax, (2.7, 1.6), (x0, y + (heights - gap) / 2), colour="#2c7a2c")
             _arrow(ax, (x0 + bw + 0.9, y + (heights - gap) / 2), (6.3, 1.6), colour="#2c7a2c")
     _box(ax, 6.3, 1.3, 0.9, 0.6, "sum", OP)
-    _box(ax, 7.5, 1.3, 1.45, 0.6, "$y = \\sum_e g_e\\,\\mathcal{E}_e(x)$", OUT)
-    _arrow(ax, (7.2, 1.6), (7.5, 1.6))
+    _box(ax, 7.45, 1.3, 1.5, 0.6, "$y = \\sum_{e \\in \\mathrm{TopK}} g_e\\,\\mathcal{E}_e(x)$", OUT)
+    _arrow(ax, (7.2, 1.6), (7.45, 1.6))
     return fig
 
 

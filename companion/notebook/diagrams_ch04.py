@@ -169,10 +169,10 @@ def sampling_step() -> Figure:
     fig, ax = _canvas(9.0, 2.4)
     y, h = 1.2, 0.75
     stages = [(0.05, 1.3, "prefix\n(last T tokens)", TENSOR),
-              (1.6, 1.2, "model: last\nrow $z$ $(V,)$", OP),
-              (3.05, 1.0, "$z / \\tau$\n(temperature)", OP),
-              (4.3, 1.45, "top-$k$ / top-$p$:\nothers $\\to -\\infty$", MASK),
-              (6.0, 1.1, "softmax:\n$p$ $(V,)$", OP),
+              (1.6, 1.2, "model: last\nrow $z$ $(V)$", OP),
+              (2.98, 1.14, "$z / \\tau$\n(temperature)", OP),
+              (4.3, 1.45, "top-$k$ / top-$p$:\nothers $\\to {-\\infty}$", MASK),
+              (5.93, 1.28, "softmax:\nprobabilities $(V)$", OP),
               (7.35, 1.6, "draw one id\n(greedy: argmax)", OUT)]
     _chain(ax, stages, y, h)
     _arrow(ax, (8.15, y), (0.7, y), colour="#2c7a2c", rad=-0.12)
