@@ -4,10 +4,11 @@ another's (1.53e-5 against 1e-5 on an Intel Xeon). A literal passes when its lin
 tests/tolerances.py, or carries a comment that names its derivation: the word "tolerances" (the module,
 or the derivation written out), "derived", "bound", "ulp" or "float64". Zero (an exact claim) passes.
 
-Chapters are not edited here (their authors own them): the cells that hold such literals now are listed in
-``NOTEBOOK_ALLOWED`` (by cell id) with why, so the scan passes while they are re-derived; an entry that no longer
-matches fails, so the list only shrinks. ``TESTS_ALLOWED`` (test files not yet derived, with a count, under the
-same rule) is empty: every literal in tests/ is derived."""
+A chapter derives its tolerances with ``companion.tolerance`` (``float64_twin_atol``, ``gamma``, ...), which
+tests/tolerances.py re-exports. ``NOTEBOOK_ALLOWED`` (cells by id, with why) and ``TESTS_ALLOWED`` (test files,
+with a count) would list literals not derived yet; an entry that no longer matches fails, so the lists only
+shrink. Both are empty: every literal in tests/ and in the chapters is derived (the last 15 chapter cells in
+the round after issue 36)."""
 
 import ast
 import json
@@ -25,12 +26,9 @@ CITES = re.compile(r"#.*\b(tolerances|derived|derivation|bound|ulps?|float64)\b"
 NAMES = [n for n in dir(tolerances) if not n.startswith("_") and callable(getattr(tolerances, n))
          and getattr(getattr(tolerances, n), "__module__", "") in ("tolerances", "companion.tolerance")]
 
-# (notebook, cell id) -> why it is allowed for now. The chapter authors re-derive these (issue 36). Keyed by
-# the cell's id (stable when cells are added or removed around it), not by its index.
-_CH = "float32 comparison of two computations with a fixed tolerance: to derive (tests/tolerances.py)"
-NOTEBOOK_ALLOWED = {
-    ("ch13_capstone.ipynb", "export-check"): "the capstone model against transformers': " + _CH,
-}
+# (notebook, cell id) -> why it is allowed for now; keyed by the cell's id (stable when cells are added or
+# removed around it). Empty: every chapter cell derives its tolerance.
+NOTEBOOK_ALLOWED: dict[tuple[str, str], str] = {}
 
 # tests/ files whose literals are not derived yet: file -> (how many, why); a count above what is found fails
 # too, so that the list only shrinks. Empty since issue 36: every tests/ literal below 1e-4 cites its derivation.

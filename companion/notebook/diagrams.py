@@ -794,7 +794,7 @@ CAPSTONE_STAGES = (
     ("training", "Trainer", "loss below\nthe bar"),
     ("checkpoint", "save / load", "bit-equal\nlogits"),
     ("serving", "Engine, pages", "tokens as if\nalone"),
-    ("export", "to_hf", "logits equal\n(1e-5)"),
+    ("export", "to_hf", "logits equal\n(float32)"),
 )
 
 
