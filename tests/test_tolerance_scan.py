@@ -64,7 +64,7 @@ def test_the_scan_sees_what_it_should():
     assert _offending("close(a, b, atol=2e-3, rtol=0)") == []  # not tiny, and exact
     assert _offending("close(a, b, atol=1e-6)  # tolerances: 2 gamma_16 |x|, derived in the docstring") == []
     assert _offending("close(a, b, atol=reduction_atol(16, 3.0), rtol=0)") == []
-    assert _offending("close(a, b, atol=1e-6)  # float32, logits of size ~1") == ["atol=1e-6"]  # no derivation
+    assert _offending("close(a, b, atol=1e-6)  # float32, logits of size ~1") == ["atol=1e-6"]  # tolerances: an example, no derivation
     ast.parse("\n".join(c for _, _, c in _notebook_cells() if not c.lstrip().startswith(("%", "!"))) or "pass")
 
 

@@ -72,7 +72,6 @@ from companion.notebook.viz import MIN_LABEL_PX, read_figure_record  # noqa: E40
 CODE_LINE_LIMIT = 88  # tests/test_notebooks.py MAX_LINE
 DESKTOP_PX = 1280
 WIDTHS = (1280, 400)
-FIGURE_COLUMN_PX = 717  # the widest a figure is shown at 1280 px (companion.notebook.viz.COLUMN_PX)
 # Display equations on a narrow window: _static/companion.js scales a formula wider than its room down to
 # MIN_EQUATION_SCALE of its size; one that is still cut by more than EQUATION_HIDDEN of its width without
 # having been scaled is a problem (issue 39, item 7).

@@ -93,10 +93,16 @@ def _texts(fig: Figure):
             if t.get_text() and t.get_visible()]
 
 
+def _smallest_px(fig: Figure) -> float | None:
+    """The smallest visible text of ``fig`` in CSS px at its designed width, None without text."""
+    sizes = [t.get_fontsize() for t in _texts(fig)]
+    return min(sizes) * fig.dpi / 72 if sizes else None
+
+
 def text_px(fig: Figure) -> float:
     """The smallest visible text of ``fig`` in CSS px as the book shows it at 1280 px."""
-    sizes = [t.get_fontsize() for t in _texts(fig)]
-    return min(sizes) * fig.dpi / 72 * _scale(fig) if sizes else float("inf")
+    px = _smallest_px(fig)
+    return float("inf") if px is None else px * _scale(fig)
 
 
 def _lift_small_text(fig: Figure, scale: float | None = None) -> None:
@@ -163,9 +169,7 @@ def figure_record(fig: Figure, ratio: float) -> dict[str, str]:
     """The PNG text chunk ``book_png`` writes: the figure's smallest text in CSS px at its designed
     width, and the PNG pixels per CSS px, so a check of the built page (tools/check_layout.py) can
     tell how large a label is as shown: ``text * shown width / (PNG width / ratio)``."""
-    sizes = [t.get_fontsize() for t in _texts(fig)]
-    text = min(sizes) * fig.dpi / 72 if sizes else 0.0
-    return {RECORD_KEY: f"text={text:.2f} ratio={ratio:g};"}
+    return {RECORD_KEY: f"text={_smallest_px(fig) or 0.0:.2f} ratio={ratio:g};"}
 
 
 def read_figure_record(png: bytes) -> tuple[float, float] | None:
@@ -202,8 +206,8 @@ def book_png(fig: Figure, ratio: float = PIXEL_RATIO) -> tuple[bytes, dict] | No
         # COLUMN_PX / width, so its smallest text must be that much larger; lifting text can widen
         # the tight box again (tick labels, a legend outside the axes), hence the few rounds.
         scale = min(1.0, COLUMN_PX / width)
-        sizes = [t.get_fontsize() for t in _texts(fig)]
-        if not sizes or min(sizes) * fig.dpi / 72 * scale >= MIN_LABEL_PX - 1e-6:
+        px = _smallest_px(fig)
+        if px is None or px * scale >= MIN_LABEL_PX - 1e-6:
             break
         _lift_small_text(fig, scale)
     return data, {"width": round(width)}
