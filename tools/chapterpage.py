@@ -10,6 +10,11 @@ Generated at build time from what the chapters hold, so nothing is typed by hand
   budget every chapter is held to (CONTRIBUTING.md: under 120 s). When ``book/chapter_times_gpu.json``
   (``benchmarks/chapters_gpu.py --times``, copied from a GPU run's results) holds the chapter, the line
   adds its time there with the device named: ``...; in under 2 min on an NVIDIA H200 (gpu profile).``
+- **The core path.** When the chapter marks optional sections (a ``## Optional: ...`` heading tagged
+  ``optional``; tools/core_path.py), the same line goes on with the core's estimated reading time:
+  ``... (quick profile). Core path: about 55 min of reading, skipping the 3 sections marked Optional
+  (...).`` Each optional section's HTML section gets the class ``optional-section`` (a marked left rule
+  and a note under its title, _static/companion.css), so a reader sees where the core resumes.
 - **The book's run time** for the landing page: the MyST substitution ``{{ book_run_time }}``
   (book/intro.md), the sum of the measured chapter times, with the range and the machine.
 - **The exercise-difficulty legend.** A chapter's ``Exercises`` section opens with the legend of the
@@ -27,10 +32,15 @@ import math
 import re
 from pathlib import Path
 
+import core_path
+
 TIMES = Path("book") / "chapter_times.json"
 GPU_TIMES = Path("book") / "chapter_times_gpu.json"  # benchmarks/chapters_gpu.py --times, from a GPU run
 RUNTIME_CLASS = "chapter-runtime"
 LEGEND_CLASS = "exercise-legend"
+OPTIONAL_CLASS = "optional-section"
+OPTIONAL_NOTE = ("Optional: skip this section on a first reading; nothing in the core path after it "
+                 "depends on it.")
 BUDGET_S = 120  # CONTRIBUTING.md, "Budget"
 LEGEND = ("Each exercise carries a difficulty in brackets after its title: 1 checks that you can apply the "
           "chapter, 2 asks for a short derivation or a function of your own, 3 is a longer derivation or an "
@@ -137,6 +147,33 @@ def add_legend(doctree) -> bool:
     return False
 
 
+def mark_optional(doctree) -> int:
+    """Give each section titled ``Optional: ...`` the class OPTIONAL_CLASS and a one-line note under
+    its title; return how many sections were marked (0 when they already were)."""
+    from docutils import nodes
+
+    marked = 0
+    for section in doctree.findall(nodes.section):
+        title = section.next_node(nodes.title)
+        if title is None or title.parent is not section:
+            continue
+        if not _text(title).startswith(core_path.OPTIONAL_PREFIX) or OPTIONAL_CLASS in section["classes"]:
+            continue
+        section["classes"].append(OPTIONAL_CLASS)
+        note = nodes.paragraph(OPTIONAL_NOTE, OPTIONAL_NOTE, classes=["optional-note"])
+        section.insert(section.index(title) + 1, note)
+        marked += 1
+    return marked
+
+
+def core_line(notebook: Path) -> str | None:
+    """The core-path sentence of a chapter notebook, or None (no notebook, or no optional section)."""
+    try:
+        return core_path.core_text(core_path.load(notebook))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _times_path(app) -> Path:
     return Path(app.srcdir) / TIMES
 
@@ -156,7 +193,10 @@ def _doctree_read(app, doctree) -> None:
     app.env.note_dependency(str(_times_path(app)))
     if gpu_path.exists():
         app.env.note_dependency(str(gpu_path))
-    add_runtime(doctree, text)
+    notebook = Path(app.srcdir) / f"{docname}.ipynb"
+    core = core_line(notebook)
+    add_runtime(doctree, f"{text} {core}" if core else text)
+    mark_optional(doctree)
     add_legend(doctree)
 
 
