@@ -1,6 +1,7 @@
 """FlashAttention from the online softmax up, in plain PyTorch (the FlashAttention chapter).
 
-What this module provides
+What this module provides (the first five live in ``companion.kernels.online_softmax``, the last
+three in ``companion.kernels.traffic``; all are importable from here)
 - ``SoftmaxState``: the partial statistics (m, l, u) of one query row over a *set* of keys:
       m_A = max_{j in A} s_j,   l_A = sum_{j in A} exp(s_j - m_A),   u_A = sum_{j in A} exp(s_j - m_A) v_j.
 - ``empty_state``: the state of the empty set (m = -inf, l = 0, u = 0), the identity of ``merge``.
@@ -33,16 +34,18 @@ the dense reference, but its extra memory grows linearly in T rather than quadra
 
 from __future__ import annotations
 
-import weakref
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from companion.attention import resolve_scale
+from companion.kernels.online_softmax import (
+    NEG_INF, SoftmaxState, _block_state, _finite_or_zero, block_state, empty_state, finalize, logsumexp, merge,
+)
+from companion.kernels.traffic import TensorBytes, dense_traffic_bytes, tiled_traffic_bytes
 
+# The online-softmax algebra (``companion.kernels.online_softmax``) and the traffic model
+# (``companion.kernels.traffic``) are their own modules; they are re-exported here because the
+# chapter imports the whole story from this one name.
 __all__ = [
     "SoftmaxState",
     "empty_state",
@@ -58,137 +61,9 @@ __all__ = [
     "TensorBytes",
 ]
 
-NEG_INF = float("-inf")
-
 
 # ----------------------------------------------------------------------------------------------
-# 1. The online-softmax state and its merge
-# ----------------------------------------------------------------------------------------------
-
-
-class SoftmaxState(NamedTuple):
-    """Partial softmax statistics of each query row over one set A of keys.
-
-    m: (..., T)      the largest score m_A (``-inf`` if A is empty or every key in it is masked)
-    l: (..., T)      l_A = sum_j exp(s_j - m_A), the softmax denominator relative to m_A
-    u: (..., T, d_v) u_A = sum_j exp(s_j - m_A) v_j, the un-normalised output relative to m_A
-
-    Keeping l and u *relative to m_A* is what makes the state safe to hold in finite precision:
-    every exponent is <= 0, so nothing overflows, however large the scores are.
-    """
-
-    m: Tensor
-    l: Tensor
-    u: Tensor
-
-
-def _finite_or_zero(m: Tensor) -> Tensor:
-    """m where finite, 0 where m = -inf. Used as the shift of an exponent so that an empty set
-    (m = -inf) never computes (-inf) - (-inf) = NaN."""
-    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-
-
-def _check_state(state: SoftmaxState, name: str) -> None:
-    if not isinstance(state, SoftmaxState):
-        raise ValueError(f"{name} must be a SoftmaxState; got {type(state).__name__}")
-    m, l, u = state
-    if m.shape != l.shape or u.shape[:-1] != m.shape:
-        raise ValueError(
-            f"{name} must have m and l of shape (..., T) and u of shape (..., T, d_v); "
-            f"got m {tuple(m.shape)}, l {tuple(l.shape)}, u {tuple(u.shape)}"
-        )
-
-
-def empty_state(rows_shape: tuple[int, ...] | torch.Size, d_v: int, *, dtype=torch.float32, device=None) -> SoftmaxState:
-    """The state of the empty set of keys: m = -inf, l = 0, u = 0.
-
-    It is the identity of ``merge`` (merge(empty, s) == s), so a loop can start from it.
-    """
-    if d_v < 0 or any(int(n) < 0 for n in rows_shape):
-        raise ValueError(f"rows_shape and d_v must be non-negative; got {tuple(rows_shape)} and {d_v}")
-    rows_shape = tuple(int(n) for n in rows_shape)
-    return SoftmaxState(
-        m=torch.full(rows_shape, NEG_INF, dtype=dtype, device=device),
-        l=torch.zeros(rows_shape, dtype=dtype, device=device),
-        u=torch.zeros((*rows_shape, d_v), dtype=dtype, device=device),
-    )
-
-
-def block_state(scores: Tensor, v: Tensor) -> SoftmaxState:
-    """The state (m, l, u) of one block of keys.
-
-    Args:
-        scores: (..., T, S_b) scaled scores of the block, ``-inf`` where a key is masked.
-        v: (..., S_b, d_v) the block's values (leading dims broadcast against ``scores``).
-
-    A row whose keys in this block are all masked gets m = -inf, l = 0, u = 0: the state of the
-    empty set, which ``merge`` then ignores. The shift by m is replaced by 0 for such rows, since
-    exp(-inf - (-inf)) would be NaN.
-    """
-    if scores.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"scores and v must have shapes (..., T, S_b) and (..., S_b, d_v); got {tuple(scores.shape)}, {tuple(v.shape)}")
-    if scores.shape[-1] != v.shape[-2]:
-        raise ValueError(f"scores' last dim (S_b={scores.shape[-1]}) must equal v's rows (dim -2, {v.shape[-2]})")
-    if torch.isposinf(scores).any():
-        raise ValueError("scores must be finite or -inf (masked); got +inf")
-    return _block_state(scores, v)
-
-
-def _block_state(scores: Tensor, v: Tensor) -> SoftmaxState:
-    """``block_state`` without the argument checks, for the inner loop of ``tiled_attention``."""
-    if scores.shape[-1] == 0:
-        m = torch.full(scores.shape[:-1], NEG_INF, dtype=scores.dtype, device=scores.device)
-    else:
-        m = scores.amax(dim=-1)
-    p = torch.exp(scores - _finite_or_zero(m).unsqueeze(-1))  # masked entries: exp(-inf) = 0
-    return SoftmaxState(m=m, l=p.sum(dim=-1), u=p @ v.to(p.dtype))
-
-
-def merge(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
-    """The state of the disjoint union A + B (the online-softmax update):
-
-        m = max(m_A, m_B),   l = e^{m_A - m} l_A + e^{m_B - m} l_B,   u = e^{m_A - m} u_A + e^{m_B - m} u_B.
-
-    Each side's sums were taken relative to its own maximum; multiplying by e^{m_X - m} <= 1
-    re-expresses them relative to the common maximum, after which they simply add. If both sides
-    are empty (m = -inf) the result is empty too, without NaN; if one side is empty its factor is
-    e^{-inf} = 0 and the other side passes through unchanged.
-    """
-    _check_state(a, "a")
-    _check_state(b, "b")
-    m = torch.maximum(a.m, b.m)
-    shift = _finite_or_zero(m)  # only -inf when both sides are empty; then both factors are 0
-    alpha = torch.exp(a.m - shift)
-    beta = torch.exp(b.m - shift)
-    return SoftmaxState(
-        m=m,
-        l=alpha * a.l + beta * b.l,
-        u=alpha.unsqueeze(-1) * a.u + beta.unsqueeze(-1) * b.u,
-    )
-
-
-def finalize(state: SoftmaxState) -> Tensor:
-    """o = u / l, the attention output of each row. A row that read no key (l = 0) gets zeros,
-    the same convention as ``companion.attention.scaled_dot_product_attention``."""
-    _check_state(state, "state")
-    l = state.l.unsqueeze(-1)
-    return state.u / torch.where(l > 0, l, torch.ones_like(l))
-
-
-def logsumexp(state: SoftmaxState) -> Tensor:
-    """log sum_j e^{s_j} = m + log l for each row; -inf for a row that read no key.
-
-    This one number per row is all the backward pass needs to rebuild any probability:
-    P_ij = exp(s_ij - logsumexp_i).
-    """
-    _check_state(state, "state")
-    has_keys = state.l > 0
-    safe_l = torch.where(has_keys, state.l, torch.ones_like(state.l))
-    return torch.where(has_keys, state.m + torch.log(safe_l), torch.full_like(state.m, NEG_INF))
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. Which key blocks a query block needs
+# 1. Which key blocks a query block needs
 # ----------------------------------------------------------------------------------------------
 
 
@@ -233,7 +108,7 @@ def _block_needs_position_mask(q_start: int, q_end: int, k_start: int, k_end: in
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. Validation shared by the forward and backward
+# 2. Validation shared by the forward and backward
 # ----------------------------------------------------------------------------------------------
 
 
@@ -343,7 +218,7 @@ def _block_scores(lay: _Layout, qs, qe, ks, ke, q_blk, scale, causal, window, co
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. Forward: loop over query blocks, and for each over the key blocks it may read
+# 3. Forward: loop over query blocks, and for each over the key blocks it may read
 # ----------------------------------------------------------------------------------------------
 
 
@@ -370,7 +245,7 @@ def _tiled_forward(q, k, v, causal, mask, window, block_q, block_k, scale):
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. Backward: recompute each block's probabilities from the saved logsumexp
+# 4. Backward: recompute each block's probabilities from the saved logsumexp
 # ----------------------------------------------------------------------------------------------
 
 
@@ -492,96 +367,3 @@ def tiled_attention(
     """
     scale = _validate(q, k, v, causal, mask, window, block_q, block_k, scale)
     return FlashAttentionFunction.apply(q, k, v, mask, causal, window, block_q, block_k, scale)
-
-
-# ----------------------------------------------------------------------------------------------
-# 6. What tiling saves: a traffic model, and an exact count of the bytes tensors hold
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_sizes(**sizes) -> None:
-    for name, x in sizes.items():
-        if not isinstance(x, int) or isinstance(x, bool) or x < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {x!r}")
-
-
-def dense_traffic_bytes(T: int, S: int, d: int, heads: int = 1, bytes_per_value: int = 2) -> int:
-    """Bytes a dense (unfused) attention forward moves to and from main memory, per layer.
-
-    The model of the FlashAttention chapter: read Q and K (T d + S d), write S = QK^T (T S), read
-    it back for the softmax and write P (2 T S), read P and V for P V (T S + S d), write O (T d):
-
-        bytes = heads * bytes_per_value * (4 T S + 2 T d + 2 S d).
-
-    The four passes over a T x S matrix dominate as soon as T and S exceed d.
-    """
-    _check_sizes(T=T, S=S, d=d, heads=heads, bytes_per_value=bytes_per_value)
-    return heads * bytes_per_value * (4 * T * S + 2 * T * d + 2 * S * d)
-
-
-def tiled_traffic_bytes(
-    T: int, S: int, d: int, heads: int = 1, bytes_per_value: int = 2, block_q: int = 128, *, kv_cached: bool = False
-) -> int:
-    """Bytes a tiled (FlashAttention) forward moves to and from main memory, per layer.
-
-    Each query block is read once and its output written once (2 T d); the scores and probabilities
-    never leave the chip; the float32 logsumexp (4 bytes a row) is written for the backward. K and V
-    stream through on-chip memory once per query block, ceil(T / block_q) times, unless they stay
-    in the GPU's L2 cache between blocks (``kv_cached=True``: read from main memory once):
-
-        bytes = heads * (bytes_per_value * (2 T d + n_reads * 2 S d) + 4 T),
-        n_reads = 1 if kv_cached else ceil(T / block_q).
-    """
-    _check_sizes(T=T, S=S, d=d, heads=heads, bytes_per_value=bytes_per_value, block_q=block_q)
-    if not isinstance(kv_cached, bool):
-        raise ValueError(f"kv_cached must be a bool; got {kv_cached!r}")
-    n_reads = 1 if kv_cached else -(-T // block_q)
-    return heads * (bytes_per_value * (2 * T * d + n_reads * 2 * S * d) + 4 * T)
-
-
-class TensorBytes(TorchDispatchMode):
-    """Counts the bytes of tensor storage that operations allocate inside ``with TensorBytes() as m:``.
-
-    Every operation PyTorch runs inside the block (forward and backward alike) passes through
-    ``__torch_dispatch__``. An output whose storage is new (not one of the operation's inputs, not
-    already counted) adds its storage's size to ``m.now``; when the last tensor seen on that storage
-    is garbage-collected, the size is subtracted again. ``m.peak`` is the largest ``m.now`` reached:
-    the most bytes that tensors made inside the block held at any one time. Tensors that existed
-    before the block (the inputs) are not counted.
-
-    Unlike the resident-set size of the process or an allocator's statistics, this count does not
-    depend on the allocator, the thread count or the machine: the same code gives the same bytes
-    everywhere. It counts tensors only (not the interpreter's or the libraries' own buffers).
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._refs: dict[int, int] = {}  # storage address -> how many live tensors we saw on it
-        self._size: dict[int, int] = {}  # storage address -> its bytes
-        self.now = 0
-        self.peak = 0
-
-    def _release(self, key: int) -> None:
-        self._refs[key] -= 1
-        if self._refs[key] == 0:
-            self.now -= self._size.pop(key)
-            del self._refs[key]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)}
-        for t in tree_leaves(out):
-            if not isinstance(t, Tensor):
-                continue
-            key = t.untyped_storage().data_ptr()
-            if key in self._refs:
-                self._refs[key] += 1  # a view (or in-place result) of a tensor we already count
-            elif key in inputs:
-                continue  # a view of a tensor from outside the block: no new memory
-            else:
-                self._refs[key] = 1
-                self._size[key] = t.untyped_storage().nbytes()
-                self.now += self._size[key]
-                self.peak = max(self.peak, self.now)
-            weakref.finalize(t, self._release, key)
-        return out
