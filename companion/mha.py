@@ -367,7 +367,13 @@ class MultiHeadAttention(nn.Module):
         return attend(q, k, v, mask=mask, backend=self.backend, bias=bias, sinks=self.sinks, scale=self.scale)
 
     def _attend_softcap(self, q, k, v, positions, k_positions, same_sequence, mask, bias) -> Tensor:
-        """Gemma 2: the cap acts on the scores themselves, so they are written out."""
+        """Gemma 2: the cap acts on the scores themselves, so they are written out. Causal and window
+        by token index, as the "causal" path's fused kernel masks (query i at S - T + i over contiguous
+        stored keys) and as transformers masks: position values with gaps or restarts only rotate."""
+        if same_sequence is None and not self.keep:
+            S, T = k.shape[-2], q.shape[-2]
+            k_positions = torch.arange(S, device=q.device)
+            positions = k_positions[S - T:]
         scale = self.scale if self.scale is not None else self.head_dim ** -0.5
         return softcapped_attention(q, k, v, self._allowed(positions, k_positions, same_sequence, mask), scale,
                                     self.softcap, self.sinks)
