@@ -96,6 +96,8 @@ class Engine:
         check_decoder(model, "Engine")
         self.model, self.tokenizer = model.eval(), tokenizer
         self.context = context_length(model)
+        if page_size > self.context:  # a page holds one sequence's tokens: past the context it is memory never used
+            raise ValueError(f"page_size must be at most the model's context ({self.context} tokens); got {page_size}")
         self.page_size = page_size
         self.kv: PagedKVCache | None = None
         if cache == "paged":
@@ -112,7 +114,7 @@ class Engine:
             from companion.engine.compiled import CompiledDecode
 
             decode_step = CompiledDecode(model, self.kv)  # ValueError naming compile when it cannot run
-        self.runner = Runner(model, decode_step)
+        self.runner = Runner(model, self.kv, max_batch_tokens, max_seqs, decode_step)
         self.sequences: list[Sequence] = []
         self.steps = 0
         # tokens_fed: rows through the model (prefill + decode; shared prefixes are not fed);

@@ -72,6 +72,9 @@ def _is_real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+MAX_STOP_TOKENS = 1 << 21  # the vocabulary cap of companion.training.modelspec.FIELD_LIMITS
+
+
 @dataclass
 class SamplingParams:
     """How to pick each new token. temperature 0 = greedy; top_k None = no top-k; top_p 1 = no nucleus.
@@ -111,6 +114,9 @@ class SamplingParams:
         stops = self.stop_tokens
         if isinstance(stops, (str, bytes, Tensor)) or not isinstance(stops, (tuple, list, set, frozenset, range)):
             raise ValueError(f"stop_tokens must be a sequence of token ids, e.g. (5,); got {stops!r}")
+        if len(stops) > MAX_STOP_TOKENS:  # checked before the ids are read: range(10**9) would take minutes
+            raise ValueError(f"stop_tokens must hold at most {MAX_STOP_TOKENS:,} ids (the largest vocabulary a "
+                             f"checkpoint may have); got {len(stops):,}")
         if not all(is_int(t) and t >= 0 for t in stops):
             raise ValueError(f"stop_tokens must hold integer token ids >= 0; got {tuple(stops)!r}")
         self.stop_tokens = tuple(int(t) for t in stops)
@@ -133,7 +139,8 @@ def filter_logits(logits: Tensor, temperature: float, top_k: int | None = None, 
         sorted_z, order = torch.sort(z, dim=-1, descending=True)
         probs = torch.softmax(sorted_z, dim=-1)
         # keep token r while the mass BEFORE it is < p: the smallest prefix reaching p, never empty
-        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        # (a top_p below the smallest float32 probability, 1e-300, would drop even the first token)
+        drop_sorted = ((probs.cumsum(-1) - probs) >= top_p) & (torch.arange(z.shape[-1], device=z.device) > 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         z = z.masked_fill(drop, float("-inf"))
     return z
@@ -286,6 +293,9 @@ def stream(
         raise ValueError(f"keep_logits must be True or False; got {keep_logits!r}")
     check_decoder(model, "generate")
     prompts = check_prompts(model, prompts)
+    vocab = model.config.vocab_size
+    if params.stop_tokens and max(params.stop_tokens) >= vocab:  # an id the model never produces stops nothing
+        raise ValueError(f"stop_tokens must be ids in [0, vocab_size={vocab}); got {max(params.stop_tokens)}")
     return _steps(model, prompts, params, cache, page_size, kv_bits, keep_logits, _result)
 
 
