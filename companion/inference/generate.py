@@ -159,6 +159,16 @@ def check_finite_logits(logits: Tensor) -> None:
             "non-finite values (a run whose loss diverged, a damaged checkpoint) or its input overflowed")
 
 
+def check_finite_weights(model: nn.Module) -> None:
+    """NonFiniteLogits naming the first parameter that holds NaN or inf: one NaN in an attention weight
+    need not reach the logits (a short input's CPU attention can return finite values), so the logits'
+    check alone would let such a model print other text. One pass over the weights, before the first step."""
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+            raise NonFiniteLogits(f"the model's weights are not finite (NaN or +inf) in {name}, so its tokens would "
+                                  "be noise: a run whose loss diverged, or a damaged checkpoint")
+
+
 def sample(logits: Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> int:
     """One token id from logits (V,); NonFiniteLogits (a ValueError) when they hold NaN or +inf."""
     check_finite_logits(logits)
@@ -293,6 +303,7 @@ def stream(
         raise ValueError(f"keep_logits must be True or False; got {keep_logits!r}")
     check_decoder(model, "generate")
     prompts = check_prompts(model, prompts)
+    check_finite_weights(model)
     vocab = model.config.vocab_size
     if params.stop_tokens and max(params.stop_tokens) >= vocab:  # an id the model never produces stops nothing
         raise ValueError(f"stop_tokens must be ids in [0, vocab_size={vocab}); got {max(params.stop_tokens)}")
