@@ -116,7 +116,7 @@ class MoE(nn.Module):
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (N, d) -> (expert ids (N, k), gates (N, k), router probabilities (N, E))."""
-        logits = self.router(x)  # (N, E)
+        logits = self.router(x.to(self.router.weight.dtype))  # (N, E); a router kept in float32 routes in it
         if self.router_kind == "softmax":
             probs = logits.softmax(dim=-1)
             scores = probs
@@ -150,7 +150,7 @@ class MoE(nn.Module):
         for e, expert in enumerate(self.experts):
             token, slot = (ids == e).nonzero(as_tuple=True)
             if token.numel():
-                y.index_add_(0, token, gates[token, slot, None] * expert(xf[token]))
+                y.index_add_(0, token, (gates[token, slot, None] * expert(xf[token])).to(y.dtype))
         for shared in self.shared:
             y = y + shared(xf)
         load = torch.bincount(ids.flatten(), minlength=self.n_experts).to(xf.dtype)  # (E,)

@@ -74,6 +74,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
         gain = 1.0 + self.weight if self.offset else self.weight
+        if gain.dtype != x.dtype and gain.dtype.itemsize > x.dtype.itemsize:
+            # a gain kept wider than the stream (transformers keeps gpt-oss's in float32 in a float16
+            # model): normalise and scale in the gain's precision, round once to the stream's
+            return self.forward(x.to(gain.dtype)).to(x.dtype)
         if self.fused:
             return F.rms_norm(x, gain.shape, gain, self.eps)
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * gain

@@ -292,12 +292,28 @@ class RotaryEmbedding(nn.Module):
         scaling: str | None = None,
         factor: float = 1.0,
         original_max_len: int = 2048,
+        *,
+        inv_freq: Tensor | None = None,
+        temperature: float = 1.0,
         **options,
     ):
         """``options``: the scheme's further parameters (beta_fast, beta_slow, low_freq_factor,
-        high_freq_factor, truncate, attention_factor), see ``rope_inverse_frequencies``."""
+        high_freq_factor, truncate, attention_factor), see ``rope_inverse_frequencies``.
+
+        ``inv_freq``: given float32 frequencies (d_h/2,) used as they are, with ``temperature``, in place
+        of the computed ones: another library's float32 rounding of the same formula (transformers
+        computes theta_i in float32, 1-2 ulps from ours), so that a converted model turns every
+        position by the angles that library uses (``companion.hf.from_hf``)."""
         super().__init__()
-        inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len, **options)
+        if inv_freq is None:
+            inv_freq, mscale = rope_inverse_frequencies(head_dim, base, scaling, factor, original_max_len, **options)
+        else:
+            if head_dim < 2 or head_dim % 2 or inv_freq.dtype != torch.float32 or tuple(inv_freq.shape) != (head_dim // 2,):
+                raise ValueError(f"inv_freq must be a float32 tensor of shape ({head_dim // 2},) (one theta_i per "
+                                 f"channel pair); got {inv_freq.dtype} {tuple(inv_freq.shape)}")
+            if not bool(torch.isfinite(inv_freq).all() and (inv_freq > 0).all()):
+                raise ValueError("inv_freq must hold finite frequencies > 0")
+            inv_freq, mscale = inv_freq.detach().clone(), float(temperature)
         self.head_dim, self.base, self.scaling, self.factor, self.mscale = head_dim, base, scaling, factor, mscale
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         # Not state, only speed (decoding asks for a few rows per layer and step): a table of cos / sin

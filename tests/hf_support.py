@@ -70,10 +70,38 @@ def assert_same_logits(model, hf_model, idx):
 
 
 def hf_model_of(config, seed, std=0.2):
-    """A transformers causal LM built from ``config`` (eager attention) with random weights."""
+    """A transformers causal LM built from ``config`` (eager attention, eager experts) with random weights."""
     import transformers
 
     config._attn_implementation = "eager"
     with seeded(seed):
         model = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
-    return randomise(model, seed, std)
+    return randomise(set_eager_experts(model), seed, std)
+
+
+def set_eager_experts(hf_model):
+    """transformers' MoE layers dispatch to a grouped matrix product by default, which on small shapes fails on
+    some CPUs ("strides should be multiple of 16 bytes"); its eager loop over experts computes the same
+    function and is what these tests compare against, explicitly."""
+    if hasattr(hf_model.config, "_experts_implementation"):
+        hf_model.config._experts_implementation = "eager"
+    return hf_model
+
+
+def transformers_atol(hf_model, idx, **inputs):
+    """``float32_paths_atol`` measured on transformers' side: 4 times the difference between its model and
+    its float64 twin (the same weights, ``.double()``) on these inputs, plus 8 ulps of the logit scale.
+    For a float16 / bfloat16 model this is 4 times transformers' own low-precision error."""
+    with torch.no_grad():
+        theirs = hf_model(idx, **inputs).logits
+        exact = set_eager_experts(float64_twin(hf_model))(idx, **inputs).logits
+    return float32_paths_atol(theirs.double(), exact)
+
+
+def max_logit_difference(model, hf_model, idx, positions=None):
+    """max |ours - transformers| over the logits, ours at ``positions`` (their position_ids)."""
+    inputs = {} if positions is None else dict(position_ids=positions[None].expand(idx.shape[0], -1))
+    with torch.no_grad():
+        ours = model(idx) if positions is None else model(idx, positions=positions)
+        theirs = hf_model(idx, **inputs).logits
+    return (ours.double() - theirs.double()).abs().max().item(), transformers_atol(hf_model, idx, **inputs)

@@ -51,17 +51,22 @@ def test_flag_says_tied_but_tensors_differ_converts_untied_with_a_warning(preset
     assert_same_logits(model, exported, idx)
 
 
-def test_tied_from_the_tensors_same_storage_or_equal():
+def test_tied_from_the_tensors_same_storage_only():
+    """Equal values in two tensors are two matrices (issue 46: an untied model whose head equals its
+    embedding converted tied; one SGD step later the two models differed by 0.94)."""
     model = randomise(from_preset("llama-like", tie_embeddings=False), 4)
     with torch.no_grad():
-        model.lm_head.weight.copy_(model.embed.weight)  # two tensors, one matrix
+        model.lm_head.weight.copy_(model.embed.weight)  # two tensors, equal values
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         exported = to_hf(model)
         back = from_hf(exported)
-    assert exported.config.tie_word_embeddings and back.config.tie_embeddings
-    assert back.lm_head.weight is back.embed.weight
+    assert not exported.config.tie_word_embeddings and not back.config.tie_embeddings
+    assert back.lm_head.weight is not back.embed.weight
     assert_same_logits(model, exported, tokens(256, 12, 5))
+    tied = randomise(from_preset("llama-like", tie_embeddings=True), 4)  # one tensor: tied both ways
+    again = from_hf(to_hf(tied))
+    assert again.config.tie_embeddings and again.lm_head.weight is again.embed.weight
 
 
 def test_gpt2_with_an_untied_head_is_refused_or_exported_untied():
@@ -88,10 +93,12 @@ def test_the_source_dtype_is_kept_both_ways(preset, dtype):
     kept = exported._keep_in_fp32_modules_strict or []  # DeepSeek-V3's router: float32 in transformers always
     assert {p.dtype for n, p in exported.named_parameters() if not any(k in n for k in kept)} == {dtype}
     back = from_hf(exported)
-    assert {p.dtype for p in back.parameters()} == {dtype}
-    for ours, again in zip(model.state_dict().values(), back.state_dict().values(), strict=True):
+    # DeepSeek-V3's router and correction bias come back in float32, as transformers holds them (issue 46)
+    assert {p.dtype for n, p in back.named_parameters() if "router" not in n} == {dtype}
+    for (name, ours), again in zip(model.state_dict().items(), back.state_dict().values(), strict=True):
         if ours.is_floating_point():  # the router's float32 copy converts back exactly, too
-            assert again.dtype == ours.dtype and torch.equal(again, ours)
+            wide = preset == "deepseek-like" and name.endswith(("router.weight", "balance_bias"))
+            assert again.dtype == (torch.float32 if wide else ours.dtype) and torch.equal(again.to(ours.dtype), ours)
     rope = [b for n, b in exported.named_buffers() if n.endswith("inv_freq")]
     assert rope and all(b.dtype == torch.float32 for b in rope)  # transformers' convention, kept
     assert to_hf(model, dtype=torch.float32).dtype == torch.float32  # an explicit choice

@@ -88,10 +88,11 @@ this module also relies on.) tests/test_hf.py pins the convention: equal logits 
 Dtypes, tying, activations: a conversion keeps the source's dtype (``dtype=`` overrides it; a model of
 mixed dtypes needs it, apart from the modules a transformers class keeps in float32 itself, such as
 DeepSeek-V3's router), and RoPE frequencies stay float32 whatever the weights' dtype, on both sides.
-Embeddings are tied when the two tensors are one (same storage or equal values), whatever
-tie_word_embeddings says: a model whose flag says tied but whose output matrix was replaced converts
-untied, with a warning (the companion GPT, always tied, refuses it). ``hidden_act`` aliases of the
-functions the companion computes are accepted ("swish" = silu; "gelu_new", "gelu_fast" = the tanh GELU);
+Embeddings are tied when the two tensors are one (the same storage), never because their values
+happen to be equal (an untied model stays untied, as transformers keeps it by its flag): a model whose
+flag says tied but whose output matrix was replaced converts untied, with a warning (the companion
+GPT, always tied, refuses it). ``hidden_act`` aliases of the functions the companion computes are
+accepted ("swish" = silu; "gelu_new", "gelu_fast", "gelu_accurate" = the tanh GELU);
 ``partial_rotary_factor`` with a scaled RoPE (linear, llama3, yarn) is refused, since companion rotates
 every channel (with the default RoPE the Llama-named classes ignore it, as does the conversion).
 
@@ -111,7 +112,8 @@ from companion.hf.common import _HF_CLASSES, DECODER_ARCHS, _hf_class, _one_dtyp
 from companion.hf.configs import _decoder_arch, _decoder_from_hf_config, hf_config
 from companion.hf.deepseek import _deepseek_links
 from companion.hf.gpt2 import _gpt_from_hf_config, _gpt_links
-from companion.hf.weights import _llama_links, _transfer
+from companion.hf.rope import _use_their_frequencies
+from companion.hf.weights import _float32_names, _llama_links, _ours_kept_float32, _set_dtypes, _transfer
 from companion.models.decoder import Decoder
 from companion.models.gpt import GPT
 
@@ -127,19 +129,23 @@ def to_hf(model: GPT | Decoder, arch: str | None = None, attn_implementation: st
     from the config when None (see module docstring). Raises ValueError for a config the target
     class cannot express, naming the field(s). The weights keep ``model``'s dtype (``dtype`` overrides;
     a model of mixed dtypes needs it); RoPE frequencies stay float32, as transformers keeps them.
-    Embeddings are tied when the tensors are (see ``_tied_from_tensors``), whatever the config says.
+    Embeddings are tied when the two tensors are one (see ``_tied_from_tensors``), whatever the config says.
     """
     config = hf_config(model, arch)
-    dtype = _one_dtype(model, dtype, "model")
     if isinstance(model, GPT):
         arch, links = "gpt2", _gpt_links(model.config)
     else:
         arch = arch or _decoder_arch(model.config)
         c = model.config
         links = _deepseek_links(c, interleaved=True) if arch == "deepseek_v3" else _llama_links(c, arch)
+    cls = _hf_class(arch, 1)
+    may_keep = set(_ours_kept_float32(links, _float32_names(cls, torch.float16)))
+    dtype = _one_dtype(model, dtype, "model", may_keep.__contains__)
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):  # the init, overwritten below, draws nothing from the caller's RNG
-        hf_model = _hf_class(arch, 1)._from_config(config, dtype=dtype)
+        hf_model = cls._from_config(config, dtype=dtype)
+    kept = _float32_names(cls, dtype)  # as transformers loads a checkpoint in ``dtype``
+    _set_dtypes(hf_model, {n: p.data.float() for n, p in hf_model.named_parameters() if kept(n)})
     was_training = model.training
     with torch.no_grad():
         _transfer(model.eval(), hf_model, links, forward=True)
@@ -164,7 +170,8 @@ def from_hf(hf_model, backend: str = "auto", dtype: torch.dtype | None = None) -
     the module docstring's table. Raises ValueError for any other class, or for an HF config feature
     the companion does not model ("companion has no equivalent for: ..."), naming the field(s). The
     model keeps ``hf_model``'s dtype (``dtype`` overrides it; mixed dtypes need it), and ties its
-    embeddings when the two tensors are one (same storage or equal), whatever tie_word_embeddings says."""
+    embeddings when the two tensors are one (the same storage), whatever tie_word_embeddings says. RoPE
+    turns by transformers' own float32 frequencies (``rope._use_their_frequencies``)."""
     h = getattr(hf_model, "config", None)
     kind = getattr(h, "model_type", None)
     if kind is None:
@@ -179,7 +186,7 @@ def from_hf(hf_model, backend: str = "auto", dtype: torch.dtype | None = None) -
             + (f": companion has no equivalent for {missing}" if missing else "")
             + ("" if arch is None else f" (only the causal-LM class {expected} converts)")
         )
-    dtype = _one_dtype(hf_model, dtype, "hf_model")
+    dtype = _one_dtype(hf_model, dtype, "hf_model", _float32_names(type(hf_model), torch.float16))
     tied = _tied_from_tensors(bool(h.tie_word_embeddings), hf_model.get_input_embeddings().weight,
                               hf_model.get_output_embeddings().weight, type(hf_model).__name__)
     if arch == "gpt2":
@@ -196,5 +203,14 @@ def from_hf(hf_model, backend: str = "auto", dtype: torch.dtype | None = None) -
         links = _llama_links(model.config, arch)
     with torch.no_grad():
         _transfer(hf_model, model, links, forward=False)
-    model.to(dtype)  # built in float32, the copied values exact in it; RoPE frequencies stay float32
+    if arch != "gpt2":
+        _use_their_frequencies(hf_model, model, arch)
+    # built in float32, the copied values exact in it; RoPE frequencies stay float32, and so do the tensors
+    # that transformers' class keeps in float32 in a model of this dtype and that hf_model holds so
+    kept, theirs = _float32_names(type(hf_model), dtype), hf_model.state_dict()
+    links = [link for link in links if all(theirs[t].dtype == torch.float32 for t in link[1])]
+    state = model.state_dict()
+    wide = {n: state[n].detach().clone() for n in _ours_kept_float32(links, kept)} if dtype != torch.float32 else {}
+    model.to(dtype)
+    _set_dtypes(model, wide)
     return model.eval()

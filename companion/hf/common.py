@@ -41,6 +41,16 @@ _LAYER_TYPED = ("qwen2", "qwen3", "gemma2", "gemma3_text", "gpt_oss")
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
+# Classes whose attention reads sliding_window (LlamaForCausalLM and DeepSeek-V3 never do: a
+# sliding_window key on their configs changes nothing in transformers, and nothing here).
+_WINDOWED = ("mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss")
+
+
+# Classes whose attention reads attention_bias (Mistral and Mixtral build q, k, v and o without biases
+# whatever the key says; Qwen2 has q, k, v biases always).
+_ATTENTION_BIASED = ("llama", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss")
+
+
 _MOE_ARCHS = ("mixtral", "qwen3_moe", "gpt_oss")
 
 
@@ -54,10 +64,10 @@ _FAMILY = {
 _GEGLU_ACT = "gelu_pytorch_tanh"  # Gemma's gate: the tanh GELU
 
 # transformers' names (ACT2FN) for the functions the companion computes: SiLU (SwiGLU's gate) is also
-# "swish"; the tanh GELU (GeGLU's gate, GPT-2's MLP) is also "gelu_new" and "gelu_fast", the same
+# "swish"; the tanh GELU (GeGLU's gate, GPT-2's MLP) is also "gelu_new", "gelu_fast" and "gelu_accurate", the same
 # formula 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) written in other operations.
 _SILU_ACTS = ("silu", "swish")
-_TANH_GELU_ACTS = (_GEGLU_ACT, "gelu_new", "gelu_fast")
+_TANH_GELU_ACTS = (_GEGLU_ACT, "gelu_new", "gelu_fast", "gelu_accurate")
 
 
 def _transformers():
@@ -92,28 +102,30 @@ def _special_ids(vocab_size: int, bos: int | None, eos: int | None) -> dict:
 
 
 def _tied_from_tensors(flag: bool, embedding: torch.Tensor, head: torch.Tensor, where: str) -> bool:
-    """Whether the input embedding and the output matrix are one matrix, decided from the tensors, not
-    from the config flag: the same storage, or equal values. A model whose config says tied but whose
-    output matrix was replaced after loading (fine-tuning code unties them so) converts untied, with a
-    warning: building it tied from the flag would keep one of the two matrices and drop the other."""
-    same = embedding.shape == head.shape and (
-        embedding.data_ptr() == head.data_ptr() or torch.equal(embedding, head.to(embedding.device)))
+    """Whether the input embedding and the output matrix are one matrix: the same storage. Equal values
+    in two tensors are not one matrix (an untied model whose head starts as a copy of its embedding
+    stays untied, as transformers keeps it by its flag: one training step apart, they differ). A model
+    whose config says tied but whose output matrix was replaced after loading (fine-tuning code unties
+    them so) converts untied, with a warning: building it tied from the flag would keep one of the two
+    matrices and drop the other."""
+    same = embedding.shape == head.shape and embedding.data_ptr() == head.data_ptr() \
+        and embedding.device == head.device
     if flag and not same:
         warnings.warn(f"{where}: the config ties the embeddings (tie_word_embeddings=True), but the output matrix "
-                      "differs from the input embedding; converting with untied embeddings, as the tensors are",
+                      "is not the input embedding's tensor; converting with untied embeddings, as the tensors are",
                       stacklevel=3)
     return same
 
 
-def _one_dtype(module, dtype: torch.dtype | None, what: str) -> torch.dtype:
+def _one_dtype(module, dtype: torch.dtype | None, what: str, may_keep=lambda name: False) -> torch.dtype:
     """``dtype`` when given, else the one floating dtype of ``module``'s parameters (a conversion keeps the
-    source's precision), leaving out those a transformers class keeps in float32 whatever the model's
-    dtype (``_keep_in_fp32_modules``: DeepSeek-V3's router); other mixtures refuse to guess."""
+    source's precision), leaving out float32 ones that the transformers class may keep in float32 in a
+    lower-precision model (``may_keep(name)``: its keep-in-float32 lists, ``weights._float32_names``);
+    other mixtures refuse to guess."""
     if dtype is not None:
         return dtype
-    kept = [*(getattr(module, "_keep_in_fp32_modules", None) or ()),
-            *(getattr(module, "_keep_in_fp32_modules_strict", None) or ())]
-    found = {p.dtype for n, p in module.named_parameters() if p.is_floating_point() and not any(k in n for k in kept)}
+    found = {p.dtype for n, p in module.named_parameters()
+             if p.is_floating_point() and not (p.dtype == torch.float32 and may_keep(n))}
     if len(found) != 1:
         raise ValueError(f"{what} holds parameters of dtypes {sorted(map(str, found))}: pass dtype= to choose the "
                          "converted model's")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from companion.hf.common import (
-    _FAMILY, _GEGLU_ACT, _GEMMA, _LAYER_TYPED, _LAYER_TYPES, _MOE_ARCHS, _QWEN3, DECODER_ARCHS, _hf_class, _require,
-    _SILU_ACTS, _TANH_GELU_ACTS, _special_ids, _tied_from_tensors,
+    _ATTENTION_BIASED, _FAMILY, _GEGLU_ACT, _GEMMA, _LAYER_TYPED, _LAYER_TYPES, _MOE_ARCHS, _QWEN3, DECODER_ARCHS, _hf_class, _require,
+    _SILU_ACTS, _TANH_GELU_ACTS, _WINDOWED, _special_ids, _tied_from_tensors,
 )
 from companion.hf.deepseek import _deepseek_from_hf_config, _deepseek_to_hf_config
 from companion.hf.gpt2 import _gpt_to_hf_config
@@ -219,7 +219,7 @@ def _hf_windows(h, arch: str, problems: list[str]) -> tuple[dict, list[bool]]:
     """Our window / global_every (or, for any other order, layer_pattern) from the HF layer types; and which
     layers are global."""
     L = h.num_hidden_layers
-    window = getattr(h, "sliding_window", None)
+    window = getattr(h, "sliding_window", None) if arch in _WINDOWED else None
     if arch in ("qwen2",) + _QWEN3 and not getattr(h, "use_sliding_window", False):
         window = None
     types = list(getattr(h, "layer_types", None) or []) if arch in _LAYER_TYPED else []
@@ -264,7 +264,7 @@ def _decoder_from_hf_config(h, arch: str, backend: str, tied: bool | None = None
     head_dim = getattr(h, "head_dim", None) or h.hidden_size // h.num_attention_heads
     qk_norm = arch in _QWEN3 or arch == "gemma3_text"
     attn = dict(n_kv_heads=h.num_key_value_heads, head_dim=head_dim, qk_norm=qk_norm, **windows)
-    bias = bool(getattr(h, "attention_bias", False))
+    bias = bool(getattr(h, "attention_bias", False)) if arch in _ATTENTION_BIASED else False
     if arch == "qwen2":
         attn.update(attn_bias=True, attn_out_bias=False)
     else:

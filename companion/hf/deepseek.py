@@ -32,8 +32,6 @@ def _deepseek_to_hf_config(c: DecoderConfig, p: list[str], common: dict):
     if moe:
         if c.router != "sigmoid":
             p.append(f"router={c.router!r} (DeepSeek-V3 routes with sigmoid scores: router='sigmoid')")
-        if c.n_shared_experts < 1:
-            p.append("n_shared_experts=0 (DeepSeek-V3 always has shared experts)")
     _require(p)
     d_moe = c.moe_d_ff or c.ffn_hidden
     return _hf_class("deepseek_v3", 0)(
@@ -78,6 +76,22 @@ def _deepseek_from_hf_config(h, p: list[str], common: dict) -> DecoderConfig:
 def _deinterleave(n: int) -> Tensor:
     """Index map taking DeepSeek's interleaved RoPE channels (pairs 2i, 2i+1) to our halves (i, i + n/2)."""
     return torch.cat((torch.arange(0, n, 2), torch.arange(1, n, 2)))
+
+
+def _shared_experts_links(f: str, tm: str, c: DecoderConfig) -> list[Link]:
+    """Our n shared SwiGLUs <-> DeepSeek-V3's one SwiGLU of n times the width (the sum of n SwiGLUs is
+    the wider one with the hidden units concatenated). n = 0: transformers still builds the module, of
+    width 0 (it adds zero); we have none, and its three empty matrices link to nothing."""
+    n, d = c.n_shared_experts, c.d_model
+    links = []
+    for w, dim in (("gate", 0), ("up", 0), ("down", 1)):
+        ours = tuple(f"{f}shared.{s}.{w}.weight" for s in range(n))
+        empty = (0, d) if dim == 0 else (d, 0)
+        to_theirs = ((lambda ts, dim=dim: [torch.cat(list(ts), dim=dim)]) if n
+                     else (lambda ts, empty=empty: [torch.zeros(empty)]))
+        links.append((ours, (f"{tm}shared_experts.{w}_proj.weight",), to_theirs,
+                      lambda ts, dim=dim, n=n: list(ts[0].chunk(n, dim=dim)) if n else []))
+    return links
 
 
 def _deepseek_links(c: DecoderConfig, interleaved: bool) -> list[Link]:
@@ -130,12 +144,7 @@ def _deepseek_links(c: DecoderConfig, interleaved: bool) -> list[Link]:
             links += [_same(f + "router.weight", tm + "gate.weight"),
                       _same(f + "balance_bias", tm + "gate.e_score_correction_bias")]
             links += _experts_link(f, tm, c.n_experts)
-            n = c.n_shared_experts
-            for w, dim in (("gate", 0), ("up", 0), ("down", 1)):  # n shared SwiGLUs == one of n times the width
-                ours = tuple(f"{f}shared.{s}.{w}.weight" for s in range(n))
-                links.append((ours, (f"{tm}shared_experts.{w}_proj.weight",),
-                              lambda ts, dim=dim: [torch.cat(list(ts), dim=dim)],
-                              lambda ts, dim=dim, n=n: list(ts[0].chunk(n, dim=dim))))
+            links += _shared_experts_links(f, tm, c)
         else:
             links += [_same(o + f"ffn.{w}.weight", t + f"mlp.{w}_proj.weight") for w in ("gate", "up", "down")]
     return links + [_same("final_norm.weight", "model.norm.weight"), _same("lm_head.weight", "lm_head.weight")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from companion.hf.common import _FAMILY
 from companion.models.decoder import DecoderConfig
 
@@ -124,3 +126,28 @@ def _hf_rope(h, arch: str, layer_global: list[bool], problems: list[str]) -> dic
     elif glob and has_global:
         out.update(glob, rope_scaling_layers="global" if has_local else "all")
     return out
+
+
+def _use_their_frequencies(hf_model, model, arch: str) -> None:
+    """Give every RoPE of ``model`` (converted from ``hf_model``) the float32 theta_i and the cos / sin
+    factor that transformers' model holds and rotates with (its rotary module's ``inv_freq`` buffer and
+    ``attention_scaling``, which transformers' own rope init functions computed), instead of ours: ours
+    are computed in float64 and rounded once, theirs in float32, 1-2 ulps apart, and the angle m theta_i
+    carries that difference times m (logits 7.5e-5 apart at position 8,000, 7e-4 at 40,000). Layers
+    that shared a RoPE module share its replacement. Gemma 3 holds one set per layer type."""
+    from companion.positions import RotaryEmbedding
+
+    rotary = hf_model.model.rotary_emb
+    types = list(getattr(hf_model.config, "layer_types", None) or []) if arch == "gemma3_text" else []
+    made = {}
+    for i, layer in enumerate(model.layers):
+        ours = layer.attn.rope
+        kind = types[i] if types else ""
+        prefix = f"{kind}_" if kind else ""
+        theirs = getattr(rotary, prefix + "inv_freq").to(torch.float32)
+        scaling = getattr(rotary, prefix + "attention_scaling")
+        key = (id(ours), kind)
+        if key not in made:
+            made[key] = RotaryEmbedding(ours.head_dim, ours.base, ours.scaling, ours.factor,
+                                        inv_freq=theirs.cpu(), temperature=scaling)
+        layer.attn.rope = made[key]

@@ -5,6 +5,7 @@ tensor of the source to be read and every tensor of the target to be written."""
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import torch
@@ -144,3 +145,28 @@ def _transfer(src: nn.Module, dst: nn.Module, links: list[Link], forward: bool) 
         raise ValueError(f"weights not mapped: unread in source {unread}, unwritten in target {unwritten}")
     d_sd.update(new)
     dst.load_state_dict(d_sd, strict=True)
+
+
+def _float32_names(hf_cls, dtype: torch.dtype) -> Callable[[str], bool]:
+    """Which tensor names of a transformers class it keeps in float32 in a model of ``dtype``, read from
+    the class: ``_keep_in_fp32_modules`` in a float16 model, ``_keep_in_fp32_modules_strict`` in a
+    float16 or bfloat16 one (gpt-oss's norm gains; DeepSeek-V3's router and its correction bias). A name
+    is kept when one of the listed patterns occurs in it (``*`` any text), as transformers' loader
+    matches them (``PreTrainedModel._get_dtype_plan``)."""
+    keep = list(getattr(hf_cls, "_keep_in_fp32_modules", None) or ()) if dtype == torch.float16 else []
+    if dtype in (torch.float16, torch.bfloat16):
+        keep += list(getattr(hf_cls, "_keep_in_fp32_modules_strict", None) or ())
+    pattern = re.compile("|".join(f"(?:{k.replace('*', '.*')})" for k in keep)) if keep else None
+    return lambda name: pattern is not None and pattern.search(name) is not None
+
+
+def _ours_kept_float32(links: list[Link], kept: Callable[[str], bool]) -> list[str]:
+    """Our tensors linked only to tensors the transformers class keeps in float32."""
+    return [o for ours, theirs, _, _ in links if theirs and all(map(kept, theirs)) for o in ours]
+
+
+def _set_dtypes(module: nn.Module, values: dict[str, Tensor]) -> None:
+    """Replace the named parameters' / buffers' data with ``values`` (their dtype included)."""
+    for name, value in values.items():
+        owner, _, leaf = name.rpartition(".")
+        getattr(module.get_submodule(owner), leaf).data = value
