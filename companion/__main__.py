@@ -11,7 +11,7 @@ Commands
   a decoder checkpoint (streamed), or translate with an encoder-decoder one (``companion.training.cli``;
   ``python -m companion train --help``).
 Output piped into a program that stops reading (``| head``) ends the command quietly; Ctrl-C ends it with
-one line (train: the step reached and how to resume), exit status 130.
+one line (train: the step reached and how to resume), exit status 130; SIGTERM the same way, exit 143.
 - ``course``: cut a course from the book's chapters (``companion.course``; ``python -m companion course --help``).
 """
 
@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 
-from companion.training.cli import COMMANDS, CONTEXT_RULE, SEQ2SEQ_PREFIX, HelpFormatter, check_threads
+from companion.training.cli import COMMANDS, CONTEXT_RULE, SEQ2SEQ_PREFIX, HelpFormatter, Terminated, check_threads
 
 DEFAULT_PRESET, DEFAULT_PROMPT = "llama-like", "Hello"  # generate's, when neither --checkpoint nor --ids is given
 
@@ -309,24 +311,48 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("course", help="cut a course: student/instructor editions, its own site, slides",
                    add_help=False)  # parsed by companion.course, whose --help explains every option
 
-    if argv[:1] == ["course"]:
-        from companion.course import main as course_main
+    command = argv[0] if argv else "companion"
+    previous = _on_sigterm()
+    try:  # Ctrl-C or SIGTERM at any moment, start-up (imports, corpus loading) included: one line
+        if argv[:1] == ["course"]:
+            from companion.course import main as course_main
 
-        return course_main(argv[1:])
-    args = parser.parse_args(argv)
-    from companion.data.sources import CorpusNotInstalled
+            return course_main(argv[1:])
+        args = parser.parse_args(argv)
+        try:
+            from companion.data.sources import CorpusNotInstalled
+        except ModuleNotFoundError as e:  # the package's dependencies (torch, ...) are not installed here
+            parser.exit(2, f"error: {args.command} needs the package {e.name}, which this Python "
+                           f"({sys.executable}) does not have: install the companion package (make install, or "
+                           "pip install -e .) and run the venv's python (.venv/bin/python -m companion ...)\n")
+        try:
+            return args.func(args)
+        except (ValueError, CorpusNotInstalled) as e:
+            parser.exit(2, f"error: {e}\n")
+        except BrokenPipeError:  # stdout closed by the reader (| head -c 50): stop quietly, as Unix tools do
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail on the closed pipe again
+            return 128 + 13  # what a shell reports for a program ended by SIGPIPE
+    except KeyboardInterrupt as stop:  # outside train's own handling: one line, no traceback
+        terminated = isinstance(stop, Terminated)
+        print(f"{command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
-    try:
-        return args.func(args)
-    except (ValueError, CorpusNotInstalled) as e:
-        parser.exit(2, f"error: {e}\n")
-    except BrokenPipeError:  # stdout closed by the reader (| head -c 50): stop quietly, as Unix tools do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail on the closed pipe again
-        return 128 + 13  # what a shell reports for a program ended by SIGPIPE
-    except KeyboardInterrupt:  # Ctrl-C outside train's own handling: one line, no traceback
-        print(f"{args.command}: interrupted", file=sys.stderr)
-        return 130
+
+def _on_sigterm():
+    """Make SIGTERM raise ``Terminated`` (a KeyboardInterrupt) in the main thread, so that ``kill PID`` ends
+    a command as Ctrl-C does (train says which checkpoint to resume from); returns the handler it replaced
+    (None where it cannot be installed: another thread, no SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return None
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 if __name__ == "__main__":

@@ -50,18 +50,21 @@ def killed_save(run, step, model, state, k) -> bool:
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork")
 @pytest.mark.parametrize("step", [4, 2], ids=["new-step", "re-save-same-step"])
 def test_a_save_killed_after_any_file_operation_leaves_a_loadable_checkpoint(tmp_path, step):
-    old, new = tiny_gpt(0), tiny_gpt(1)
+    # one model (one run) at two moments: its weights at step 2 (old) and after training on (new)
+    model, old, new = tiny_gpt(0), tiny_gpt(0), tiny_gpt(1)
     kills = 0
     for k in range(1, 100):
         run = tmp_path / f"run{k}"
-        ckpt.save_checkpoint(run, 2, old, state={"step": 2}, keep=1)
-        if not killed_save(run, step, new, {"step": step}, k):
+        model.load_state_dict(old.state_dict())
+        ckpt.save_checkpoint(run, 2, model, state={"step": 2}, keep=1)
+        model.load_state_dict(new.state_dict())
+        if not killed_save(run, step, model, {"step": step}, k):
             break
         kills += 1
         loaded = ckpt.load_model(run)  # whatever the moment of death: `latest` names a complete step
         state = ckpt.load_state(run)
         assert (same_weights(loaded, old) and state == {"step": 2}) or (same_weights(loaded, new) and state == {"step": step})
-        ckpt.save_checkpoint(run, step, new, state={"step": step}, keep=1)  # the next save cleans up
+        ckpt.save_checkpoint(run, step, model, state={"step": step}, keep=1)  # the next save cleans up
         assert [p.name for p in run.iterdir() if p.name.startswith(".")] == []
         assert len([p for p in run.iterdir() if p.name.startswith("step-")]) == 1
         assert same_weights(ckpt.load_model(run), new)
@@ -74,12 +77,14 @@ def test_a_save_killed_after_any_file_operation_leaves_a_loadable_checkpoint(tmp
 
 
 def test_debris_of_a_killed_save_is_removed_by_the_next_one(tmp_path):
-    ckpt.save_checkpoint(tmp_path, 1, tiny_gpt(0))
+    model = tiny_gpt(0)
+    ckpt.save_checkpoint(tmp_path, 1, model)
     (tmp_path / ".step-00000002.x1y2.tmp").mkdir()
     (tmp_path / ".step-00000002.x1y2.tmp" / "config.json").write_text("{}")
     (tmp_path / ".latest.abcd.tmp").write_text("step-00000002\n")
     (tmp_path / ".step-00000001.77.old").mkdir()
-    ckpt.save_checkpoint(tmp_path, 2, tiny_gpt(1))
+    model.load_state_dict(tiny_gpt(1).state_dict())  # the same run, trained on
+    ckpt.save_checkpoint(tmp_path, 2, model)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001", "step-00000002"]
 
 

@@ -53,3 +53,47 @@ def test_time_limit_is_validated_and_a_right_answer_still_passes():
         with pytest.raises(ValueError, match="time_limit must be a number of seconds > 0, or None"):
             check("ch01.masked_softmax", masked_softmax, time_limit=bad)
     assert check("ch01.masked_softmax", masked_softmax, seed=0, quiet=True, time_limit=None).cases
+
+
+def swallows_everything(*args, **kwargs):
+    while True:
+        try:
+            time.sleep(0.01)
+        except:  # noqa: E722  (the point: a bare except catches every exception a signal can raise)
+            pass
+
+
+def loops_in_finally(*args, **kwargs):
+    while True:
+        try:
+            time.sleep(0.01)
+        finally:
+            continue
+
+
+@pytest.mark.parametrize("answer", [swallows_everything, loops_in_finally])
+def test_an_answer_that_swallows_the_interruption_is_stopped_all_the_same(answer):
+    start = time.perf_counter()
+    with pytest.raises(TimeLimitExceeded, match=r"^2-D scores \(4, 6\), random mask: your function did not return "
+                                                r"within 0\.3 s and caught the checker's interruption"):
+        check("ch01.masked_softmax", answer, seed=0, time_limit=0.3)
+    assert time.perf_counter() - start < 30  # the limit, the grace second and the process start on a busy machine
+
+
+def test_an_answer_that_ends_the_process_fails_the_check_and_the_caller_lives():
+    import os
+
+    with pytest.raises(ExerciseFailed, match="your function ended the checker's process"):
+        check("ch01.masked_softmax", lambda *args: os._exit(3), seed=0, time_limit=5)
+
+
+def test_answers_of_the_wrong_kind_fail_the_check_instead_of_raising():
+    import numpy as np
+
+    from companion.exercises import checkers, integer_answer
+
+    assert integer_answer("a count", np.int64(3)) == 3 and type(integer_answer("a count", np.int64(3))) is int
+    for answer in ("a string", [1, 2], None):
+        for name in checkers():
+            with pytest.raises(ExerciseFailed):
+                check(name, lambda *args, answer=answer, **kwargs: answer, seed=0, quiet=True, time_limit=None)

@@ -103,7 +103,7 @@ def test_the_trainer_module_keeps_every_public_name_of_its_parts():
     assert trainer.HYPERPARAMETERS is config.HYPERPARAMETERS is resume.HYPERPARAMETERS
 
 
-# --- issue 40: runs that share a folder ---------------------------------------------------------------
+# --- runs that share a folder ---------------------------------------------------------------------
 
 
 def holder(folder: Path):
@@ -234,20 +234,21 @@ def tiny(seed: int, n_layer: int = 1):
 
 def test_save_checkpoint_refuses_a_folder_holding_another_model_or_newer_steps(tmp_path):
     run = tmp_path / "run"
-    ckpt.save_checkpoint(run, 1, tiny(0))
+    model = tiny(0)
+    ckpt.save_checkpoint(run, 1, model)
     before = digests(run)
     with pytest.raises(ValueError, match=rf"run folder {run} holds step-00000001 of another model \(n_layer: "
                                          r"checkpoint has 1, the model has 2\): saving this model there would "
                                          r"replace that run's checkpoints: save into another folder, or pass force=True"):
         ckpt.save_checkpoint(run, 2, tiny(0, n_layer=2), keep=1)
     assert digests(run) == before
-    ckpt.save_checkpoint(run, 5, tiny(1), keep=1)  # the same model, a later step: the run continued
+    ckpt.save_checkpoint(run, 5, model, keep=1)  # the same model, a later step: the run continued
     before = digests(run)
     with pytest.raises(ValueError, match=rf"run folder {run} holds step-00000005, newer than step 3: saving step 3 "
                                          "there would move 'latest' back"):
-        ckpt.save_checkpoint(run, 3, tiny(2), keep=1)
+        ckpt.save_checkpoint(run, 3, model, keep=1)
     assert digests(run) == before
-    ckpt.save_checkpoint(run, 3, tiny(2), keep=1, force=True)  # asked for: the run is kept, not deleted
+    ckpt.save_checkpoint(run, 3, model, keep=1, force=True)  # asked for: the run is kept, not deleted
     assert digests(run / "previous-1") == before and run_in(run) == ["step-00000003", "latest"]
     with pytest.raises(ValueError, match="newer than this trainer's|holds step-00000003, newer than step 0"):
         from companion.training.trainer import TrainConfig, Trainer

@@ -29,11 +29,19 @@ What this package provides
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import numbers
+import os
+import pickle
 import pkgutil
+import select
 import signal
+import sys
 import textwrap
 import threading
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -69,7 +77,9 @@ class _OutOfTime(BaseException):
 
 class _Limited:
     """The learner's function with a time limit on every call: SIGALRM interrupts it in the main
-    thread; elsewhere (no signals there) it runs in a daemon thread that is abandoned when late."""
+    thread; elsewhere (no signals there) it runs in a daemon thread that is abandoned when late.
+    Inside ``_isolated``'s child process each call is also announced to the parent (``_announce``),
+    which kills the child when an answer swallows the interruption (a bare ``except:``)."""
 
     def __init__(self, fn: Callable, seconds: float):
         self.fn, self.seconds = fn, seconds
@@ -80,6 +90,13 @@ class _Limited:
                                  "check(..., time_limit=...) allows more)")
 
     def __call__(self, *args, **kwargs):
+        _announce(("call", _CASE[0]))
+        try:
+            return self._call(*args, **kwargs)
+        finally:
+            _announce(("done", None))
+
+    def _call(self, *args, **kwargs):
         if hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread():
             def alarm(signum, frame):
                 raise _OutOfTime
@@ -109,6 +126,116 @@ class _Limited:
         if "error" in result:
             raise result["error"]
         return result.get("value")
+
+
+_CASE: list[str | None] = [None]  # the case ``call`` is running (named when the parent must kill a late answer)
+_PIPE: list[int | None] = [None]  # in ``_isolated``'s child: the pipe to the parent
+_GRACE_S = 1.0  # how long past the limit the parent waits for the child's own alarm before it kills the child
+
+
+def _send(fd: int, message) -> None:
+    data = pickle.dumps(message)
+    os.write(fd, len(data).to_bytes(8, "little") + data)
+
+
+def _announce(message) -> None:
+    if _PIPE[0] is not None:
+        _send(_PIPE[0], message)
+
+
+def _receive(fd: int, timeout: float | None):
+    """The next message from the child (None: it closed the pipe), or TimeoutError."""
+    ready, _, _ = select.select([fd], [], [], timeout)
+    if not ready:
+        raise TimeoutError
+    head = _read_exactly(fd, 8)
+    return None if head is None else pickle.loads(_read_exactly(fd, int.from_bytes(head, "little")) or b"")
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks = b""
+    while len(chunks) < n:
+        chunk = os.read(fd, n - len(chunks))
+        if not chunk:
+            return None
+        chunks += chunk
+    return chunks
+
+
+def _can_fork() -> bool:
+    """A forked child can run the check: fork exists, and CUDA is not initialised (a forked child
+    cannot use it)."""
+    return hasattr(os, "fork") and hasattr(select, "select") and not torch.cuda.is_initialized()
+
+
+def _isolated(name: str, checker: Callable, fn: _Limited, gen: torch.Generator, report: Report) -> None:
+    """Run ``checker(fn, gen, report)`` in a forked child process, and kill the child when a call of
+    the learner's function outlives its limit by ``_GRACE_S``.
+
+    Why a process: the limit inside a process is an exception raised by SIGALRM, and an answer that
+    loops inside a bare ``except:`` (or a ``try``/``finally`` that loops) catches it and goes on; no
+    signal a process survives can stop such code. Killing a child can: the kernel, the notebook and
+    its variables are untouched. The child announces each call (and the case it checks); its own alarm
+    still ends an ordinary endless loop with the usual message, and its verdict (the cases passed, or
+    the exception) comes back through a pipe."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "fork in a multi-threaded process" (3.12+)
+        pid = os.fork()
+    if pid == 0:  # the child: run the check, send the verdict, leave without running the parent's cleanup
+        code = 0
+        try:
+            os.close(read)
+            _PIPE[0] = write
+            try:
+                checker(fn, gen, report)
+                verdict = ("ok", report.cases)
+            except BaseException as e:  # noqa: B036 (handed to the parent, which raises it)
+                verdict = ("error", e)
+            try:
+                _send(write, verdict)
+            except Exception:  # an exception that does not pickle: its text
+                _send(write, ("error", ExerciseFailed(f"{name}: {type(verdict[1]).__name__}: {verdict[1]}")))
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+        except BaseException:  # noqa: B036
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    case, deadline, verdict = None, None, None
+    try:
+        while True:
+            try:
+                message = _receive(read, None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise TimeLimitExceeded(
+                    (f"{case}: " if case else "") + f"your function did not return within {fn.seconds:g} s and "
+                    "caught the checker's interruption (a bare except: or a finally: that loops?), so its process "
+                    "was stopped; check(..., time_limit=...) allows more") from None
+            if message is None:
+                break
+            kind, value = message
+            if kind == "call":
+                case, deadline = value, time.monotonic() + fn.seconds + _GRACE_S
+            elif kind == "done":
+                deadline = None
+            else:
+                verdict = message
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    if verdict is None:
+        raise ExerciseFailed((f"{case}: " if case else f"{name}: ") + "your function ended the checker's process "
+                             "(os._exit, a crash in native code?) before the check finished")
+    kind, value = verdict
+    if kind == "error":
+        raise value
+    report.cases[:] = value
 
 
 def wrap_lines(text: str, width: int = WIDTH) -> str:
@@ -185,7 +312,16 @@ def check(name: str, fn: Callable, *, seed: int | None = None, quiet: bool = Fal
         fn = _Limited(fn, float(time_limit))
     gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, ()).item()))
     report = Report(name)
-    _REGISTRY[name](fn, gen, report)
+    try:
+        if time_limit is not None and _PIPE[0] is None and _can_fork():
+            _isolated(name, _REGISTRY[name], fn, gen, report)  # a limit the answer cannot swallow
+        else:
+            _REGISTRY[name](fn, gen, report)
+    except (TypeError, AttributeError, IndexError, KeyError, RuntimeError) as e:
+        # raised by the checker's own handling of the answer (errors inside the answer are already
+        # ExerciseFailed, from ``call``): an answer of the wrong kind, a list where a tensor belongs
+        raise ExerciseFailed(f"{name}: your answer could not be checked ({type(e).__name__}: {e}); does your "
+                             "function return what the exercise asks for?") from e
     if not quiet:
         print(report)
     return report
@@ -260,6 +396,8 @@ def integer_answer(case: str, got) -> int:
     """The learner's count as a Python int (a one-element tensor is accepted); anything else fails."""
     if isinstance(got, Tensor) and got.numel() == 1:
         got = got.item()
+    if isinstance(got, numbers.Integral) and not isinstance(got, bool):  # NumPy's int64 is a right answer too
+        got = int(got)
     if isinstance(got, bool) or not isinstance(got, int):
         raise ExerciseFailed(f"{case}: your function must return an int; got {type(got).__name__}")
     return got
@@ -277,6 +415,7 @@ def diagnose_integer(case: str, got: int, expected: int, mistakes: dict[str, int
 
 def call(case: str, fn: Callable, *args, **kwargs):
     """Call the learner's function; an exception becomes an ``ExerciseFailed`` that names the case."""
+    _CASE[0] = case
     try:
         return fn(*args, **kwargs)
     except TimeLimitExceeded as late:

@@ -1,5 +1,10 @@
 """Checkpoints without pickle: safetensors weights, JSON config, training state, SHA-256 manifest.
 
+The module is the file format; its parts live beside it, and every name below is importable from here
+too: ``companion.training.modelspec`` (what config.json says, the size caps), ``.statecodec`` (the
+training state as JSON plus tensors) and ``.runfolder`` (the run folder: where a run may be written,
+what it holds, keeping an old run aside).
+
 What this module provides
 - ``model_kind(model) -> str``: ``"decoder"``, ``"gpt"`` or ``"seq2seq"``, the model's family in
   ``companion.models.common.FAMILIES`` (the registry that also maps a kind back to its classes).
@@ -54,26 +59,19 @@ Untrusted files. Nothing here ever unpickles: weights and tensors come from safe
 else from JSON. ``latest`` may only name a ``step-...`` directory inside the run directory. The
 manifest may only list the five files above, must list every file the step directory holds (an
 unlisted file is refused, not read unverified) and must list config.json and model.safetensors.
-Before a model is built, every size field of config.json is checked against ``FIELD_LIMITS``
-(e.g. vocab_size <= 2,097,152, n_layers <= 1024, max_seq_len <= 1,048,576) and the model's element
-count (parameters + buffers, counted on the meta device, so nothing is allocated) against
-``MAX_ELEMENTS`` (2^31, about 8 GiB of float32). Both are caps, not facts: raise a field's limit by
-editing ``FIELD_LIMITS`` and the element cap with ``max_elements=`` or ``$COMPANION_MAX_ELEMENTS``.
+Before a model is built, its config.json is bounded (``companion.training.modelspec``: every size
+field within ``FIELD_LIMITS``, the element count within ``MAX_ELEMENTS``).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import re
 import shutil
 import signal
 import tempfile
-from dataclasses import asdict, fields
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -82,6 +80,12 @@ from torch import Tensor, nn
 
 from companion.files import atomic_write_bytes, sha256_file, write_synced
 from companion.models import unwrap
+from companion.training.modelspec import (  # noqa: F401  (re-exported: the checkpoint's public names)
+    FIELD_LIMITS, MAX_ELEMENTS, build_model, config_dict, model_kind)
+from companion.training.modelspec import config_mismatch as _config_mismatch
+from companion.training.runfolder import (  # noqa: F401  (re-exported)
+    _DEBRIS, _LATEST, _STEP, _remove_debris, _step_dirs, check_run, check_run_dir, keep_aside, remember_run)
+from companion.training.statecodec import decode_state, encode_state  # noqa: F401  (re-exported)
 
 __all__ = [
     "model_kind", "config_dict", "build_model", "save_checkpoint", "check_run_dir", "check_run", "keep_aside", "resolve",
@@ -90,126 +94,9 @@ __all__ = [
 ]
 
 FORMAT = "companion-checkpoint/1"
-_LATEST = "latest"
 FAULT_ENV = "COMPANION_CHECKPOINT_FAULT"
 # the files a step directory may hold; the loader reads nothing else
 _FILES = ("config.json", "model.safetensors", "tokenizer.json", "state.json", "state.safetensors")
-_STEP = re.compile(r"step-(\d{8,})(?:\.(\d+))?")  # step-00000200, or step-00000200.3 for a re-save
-_DEBRIS = (".step-*.tmp", ".step-*.old", ".latest.*.tmp", ".write-test.*.tmp")
-
-# Caps on config.json sizes, checked before anything is built. Generous for the book's models (the
-# largest preset is far below every one); raise an entry to load a bigger model.
-_WIDTH, _DEPTH, _LENGTH, _VOCAB = 1 << 16, 1024, 1 << 20, 1 << 21
-FIELD_LIMITS: dict[str, int] = {
-    **dict.fromkeys(("vocab_size", "src_vocab_size", "tgt_vocab_size", "pad_id"), _VOCAB),
-    **dict.fromkeys(("d_model", "n_embd", "d_ff", "moe_d_ff", "head_dim", "kv_rank", "q_rank", "mla_head_dim",
-                     "rope_dim", "v_head_dim"), _WIDTH),
-    **dict.fromkeys(("n_layers", "n_layer", "n_encoder_layers", "n_decoder_layers", "n_heads", "n_head",
-                     "n_kv_heads", "n_experts", "n_shared_experts", "top_k", "first_dense_layers", "global_every"), _DEPTH),
-    **dict.fromkeys(("max_seq_len", "block_size", "max_len", "rope_original_max_len", "window", "keep"), _LENGTH),
-}
-MAX_ELEMENTS = 1 << 31  # parameters + buffers of a loaded model (override: max_elements= or $COMPANION_MAX_ELEMENTS)
-
-
-def _families() -> dict:
-    """family name -> ``companion.models.common.Family`` (model and config classes), from the registry
-    each model module fills at import (importing ``companion.models`` imports all three)."""
-    import companion.models  # noqa: F401  (registers the families)
-    from companion.models.common import FAMILIES
-
-    return FAMILIES
-
-
-def _plain_type(model: nn.Module) -> type:
-    """The model's own class; FSDP2's ``fully_shard`` swaps a module's class for a subclass
-    ``FSDP<Name>(FSDPModule, Name)``, which is still the same model."""
-    cls = type(model)
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return cls
-    if issubclass(cls, FSDPModule):
-        cls = next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
-    return cls
-
-
-def model_kind(model: nn.Module) -> str:
-    """``"decoder"``, ``"gpt"`` or ``"seq2seq"`` for the book's three model classes."""
-    cls = _plain_type(unwrap(model))
-    for kind, family in _families().items():
-        if cls is family.model:
-            return kind
-    raise ValueError(f"model must be a Decoder, GPT or Seq2SeqTransformer to be checkpointed; got {type(model).__name__}")
-
-
-def config_dict(model: nn.Module) -> dict:
-    """``{"model": kind, **asdict(model.config)}``: the contents of config.json."""
-    kind = model_kind(model)
-    return {"model": kind, **asdict(unwrap(model).config)}
-
-
-def _check_sizes(config: dict) -> None:
-    """Every size field an int (or None) within ``FIELD_LIMITS``: a tampered config.json is refused
-    before any model is built, with the field and its limit named."""
-    for key, value in config.items():
-        if key not in FIELD_LIMITS or value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config.json field {key} must be an integer; got {value!r}")
-        limit = FIELD_LIMITS[key]
-        if not 0 <= value <= limit:
-            raise ValueError(
-                f"config.json field {key} = {value} is outside [0, {limit}] (the cap "
-                f"companion.training.checkpoint.FIELD_LIMITS[{key!r}]; raise it to load a bigger model)"
-            )
-
-
-def _max_elements(max_elements: int | None) -> int:
-    if max_elements is not None:
-        return max_elements
-    env = os.environ.get("COMPANION_MAX_ELEMENTS", "").strip()
-    if not env:
-        return MAX_ELEMENTS
-    try:
-        return int(float(env))
-    except ValueError:
-        raise ValueError(f"$COMPANION_MAX_ELEMENTS must be a number of elements; got {env!r}") from None
-
-
-def build_model(config: dict, max_elements: int | None = None) -> nn.Module:
-    """A freshly initialised model from a config.json dict.
-
-    The config is bounded first (``FIELD_LIMITS``), then the model is built on the meta device to
-    count its elements without allocating them; more than ``max_elements`` (default ``MAX_ELEMENTS``,
-    or ``$COMPANION_MAX_ELEMENTS``) raises ValueError before the real model is allocated."""
-    if not isinstance(config, dict):
-        raise ValueError(f"config.json must hold a JSON object; got {type(config).__name__}")
-    config = dict(config)
-    kind = config.pop("model", None)
-    families = _families()
-    if kind not in families:
-        raise ValueError(f"config 'model' must be one of {list(families)}; got {kind!r}")
-    cls, config_cls = families[kind].model, families[kind].config
-    known = {f.name for f in fields(config_cls)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ValueError(f"config.json has fields that {config_cls.__name__} does not know: {unknown}")
-    _check_sizes(config)
-    cap = _max_elements(max_elements)
-    try:
-        model_config = config_cls(**config)
-        with torch.device("meta"):
-            shape_only = cls(model_config)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"config.json does not describe a valid {config_cls.__name__}: {e}") from None
-    n = sum(t.numel() for t in shape_only.parameters()) + sum(t.numel() for t in shape_only.buffers())
-    del shape_only
-    if n > cap:
-        raise ValueError(
-            f"config.json describes a model of {n:,} elements (parameters + buffers), more than the cap of {cap:,} "
-            "(companion.training.checkpoint.MAX_ELEMENTS; raise it with max_elements= or $COMPANION_MAX_ELEMENTS)"
-        )
-    return cls(model_config)
 
 
 # --- file helpers ----------------------------------------------------------------------------------
@@ -280,178 +167,6 @@ def _not_written(run_dir: Path, step: int, error: OSError) -> CheckpointNotWritt
     return failure
 
 
-def check_run_dir(run_dir: Path | str) -> Path:
-    """Create ``run_dir`` if needed and prove a file can be written in it; ValueError otherwise (a
-    path naming a file, a parent that is a file, a read-only or unwritable folder). Returns it."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"out_dir {run_dir} is a file, not a directory: checkpoints need a directory")
-    inside = _step_dir_around(run_dir)
-    if inside is not None:
-        raise ValueError(
-            f"out_dir {run_dir} is inside the checkpoint step directory {inside}: a run written there would "
-            "add files its manifest.json does not list (both runs would then be refused when loaded) and "
-            f"could be deleted with it when {inside.parent} prunes old steps. Choose a folder outside every "
-            "step-* directory")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-test.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise ValueError(f"out_dir {run_dir} is not writable: {e.strerror or e}") from None
-    return run_dir
-
-
-def _step_dir_around(path: Path) -> Path | None:
-    """The checkpoint step directory that ``path`` is or lies inside, if any: a folder holding a
-    manifest.json, or one named ``step-...`` beside a ``latest`` pointer (a run's own step)."""
-    for folder in (path.resolve(), *path.resolve().parents):
-        if not folder.is_dir():
-            continue
-        if (folder / "manifest.json").is_file() or (
-                _STEP.fullmatch(folder.name) and (folder.parent / _LATEST).is_file()):
-            return folder
-    return None
-
-
-def keep_aside(run_dir: Path, names: list[str]) -> Path:
-    """Move the entries ``names`` of ``run_dir`` (a run's step directories and ``latest``) into a new
-    ``run_dir/previous-N/`` (the first free N), itself a run folder that loads and resumes; returns it.
-    ``latest`` moves first, so a crash in between never leaves a pointer to a moved step, and nothing
-    is deleted."""
-    n = 1
-    while (run_dir / f"previous-{n}").exists():
-        n += 1
-    aside = run_dir / f"previous-{n}"
-    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".previous.", suffix=".tmp"))
-    for name in sorted(names, key=lambda name: name != _LATEST):
-        os.replace(run_dir / name, tmp / name)
-    os.replace(tmp, aside)
-    return aside
-
-
-_FORCE_HINT = ("save into another folder, or pass force=True to keep the run that is there in a previous-N "
-               "folder inside it first")
-
-
-def check_run(run_dir: Path | str, model: nn.Module, step: int, remedy: str = _FORCE_HINT) -> None:
-    """Refuse (ValueError) to add step ``step`` of ``model`` to ``run_dir`` when that would take the
-    place of another run's checkpoints: the folder holds steps of another model config (``latest``
-    would move to a different model, and ``keep`` would prune the other's steps), or steps newer than
-    ``step`` (``latest`` would go back, and ``keep`` would delete the newer ones). Steps of the same
-    config up to ``step`` are taken as the same run, continued. ``remedy`` ends the message: what the
-    caller can do instead."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return
-    steps = _step_dirs(run_dir)
-    newer = [p.name for s, _, p in steps if s > step]
-    if newer:
-        raise ValueError(
-            f"run folder {run_dir} holds {', '.join(newer)}, newer than step {step}: saving step {step} "
-            f"there would move 'latest' back and let keep= delete the newer checkpoints: {remedy}")
-    for _, _, path in reversed(steps):
-        config = path / "config.json"
-        try:
-            saved = json.loads(config.read_text())
-            problems = _config_mismatch(saved, model) if isinstance(saved, dict) else ["config.json is not an object"]
-        except (OSError, ValueError) as e:
-            problems = [f"its config.json is unreadable ({e})"]
-        if problems:
-            raise ValueError(
-                f"run folder {run_dir} holds {path.name} of another model ({'; '.join(problems[:3])}): saving "
-                f"this model there would replace that run's checkpoints: {remedy}")
-
-
-def _remove_debris(run_dir: Path) -> None:
-    """Temporary directories and files left by a save that was killed."""
-    for pattern in _DEBRIS:
-        for p in run_dir.glob(pattern):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-
-
-def _step_dirs(run_dir: Path) -> list[tuple[int, int, Path]]:
-    """(step, version, path) of every visible step directory, oldest first."""
-    out = []
-    for p in run_dir.iterdir():
-        m = _STEP.fullmatch(p.name)
-        if m and p.is_dir() and not p.is_symlink():
-            out.append((int(m.group(1)), int(m.group(2) or 0), p))
-    return sorted(out)
-
-
-# --- state encoding (JSON + tensors, no pickle) ----------------------------------------------------
-
-
-def encode_state(obj) -> tuple[object, dict[str, Tensor]]:
-    """Split a nested object into a JSON-able structure and a flat {name: tensor} dict.
-
-    Tensors become ``{"__tensor__": name}``; tuples ``{"__tuple__": [...]}``; dicts with non-string keys
-    ``{"__items__": [[key, value], ...]}``; NumPy arrays ``{"__ndarray__": [...], "dtype": ...}``;
-    bytes ``{"__bytes__": base64}``. Anything else that JSON cannot hold raises ValueError.
-    """
-    tensors: dict[str, Tensor] = {}
-
-    def enc(x, path: str):
-        if isinstance(x, Tensor):
-            tensors[path] = x.detach().to("cpu").contiguous().clone()
-            return {"__tensor__": path}
-        if isinstance(x, np.ndarray):
-            return {"__ndarray__": x.tolist(), "dtype": str(x.dtype)}
-        if isinstance(x, (bytes, bytearray)):
-            return {"__bytes__": base64.b64encode(bytes(x)).decode()}
-        if isinstance(x, dict):
-            if all(isinstance(k, str) for k in x):
-                return {k: enc(v, f"{path}.{k}") for k, v in x.items()}
-            return {"__items__": [[k, enc(v, f"{path}.{k}")] for k, v in x.items()]}
-        if isinstance(x, tuple):
-            return {"__tuple__": [enc(v, f"{path}.{i}") for i, v in enumerate(x)]}
-        if isinstance(x, list):
-            return [enc(v, f"{path}.{i}") for i, v in enumerate(x)]
-        if isinstance(x, (np.integer, np.floating, np.bool_)):
-            return x.item()
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return x
-        raise ValueError(f"state at {path!r} has type {type(x).__name__}, which a checkpoint cannot store without pickle")
-
-    return enc(obj, "s"), tensors
-
-
-def decode_state(obj, tensors: dict[str, Tensor]):
-    """Inverse of ``encode_state``. A reference to a tensor that ``tensors`` lacks, or a malformed
-    structure, raises ValueError naming it."""
-
-    def dec(x):
-        if isinstance(x, list):
-            return [dec(v) for v in x]
-        if isinstance(x, dict):
-            if "__tensor__" in x:
-                name = x["__tensor__"]
-                if not isinstance(name, str) or name not in tensors:
-                    raise ValueError(f"the state references tensor {name!r}, which the state's tensor file does not hold")
-                return tensors[name]
-            try:
-                if "__tuple__" in x:
-                    return tuple(dec(v) for v in x["__tuple__"])
-                if "__items__" in x:
-                    return {k: dec(v) for k, v in x["__items__"]}
-                if "__ndarray__" in x:
-                    return np.asarray(x["__ndarray__"], dtype=x["dtype"])
-                if "__bytes__" in x:
-                    return base64.b64decode(x["__bytes__"])
-            except (TypeError, KeyError, ValueError) as e:
-                if isinstance(e, ValueError) and "references tensor" in str(e):
-                    raise
-                raise ValueError(f"the state has a malformed entry {str(x)[:80]!r}: {e}") from None
-            return {k: dec(v) for k, v in x.items()}
-        return x
-
-    return dec(obj)
-
 
 # --- saving ----------------------------------------------------------------------------------------
 
@@ -514,27 +229,30 @@ def save_checkpoint(
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ValueError(f"keep must be an int >= 1 or None; got {keep!r}")
     run_dir = check_run_dir(run_dir)
+    # every file's bytes before touching the disk (an encoding error leaves nothing behind)
+    files = {"config.json": (json.dumps(config_dict(model), indent=1, sort_keys=True) + "\n").encode()}
+    tensors, aliases = _weights(model, weights)
+    files["model.safetensors"] = _safetensors(tensors, {"format": FORMAT, "aliases": json.dumps(aliases, sort_keys=True)})
+    del tensors
     with run_lock(run_dir):
         try:
-            check_run(run_dir, model, step)
+            rid = check_run(run_dir, model, step, weights=lambda: files["model.safetensors"])
         except ValueError:
             if not force:
                 raise
             names = [p.name for _, _, p in _step_dirs(run_dir)] + ([_LATEST] if (run_dir / _LATEST).exists() else [])
             keep_aside(run_dir, names)
-        return _save(run_dir, step, model, tokenizer, state, keep, weights)
+            rid = check_run(run_dir, model, step, weights=lambda: files["model.safetensors"])
+        return _save(run_dir, step, files, rid, tokenizer, state, keep)
 
 
-def _save(run_dir: Path, step: int, model: nn.Module, tokenizer, state: dict | None, keep: int | None,
-          weights: dict[str, Tensor] | None) -> Path:
-    """``save_checkpoint`` once its arguments, the folder and the lock are settled."""
+def _save(run_dir: Path, step: int, files: dict[str, bytes], rid: str, tokenizer, state: dict | None,
+          keep: int | None) -> Path:
+    """``save_checkpoint`` once its arguments, the folder and the lock are settled (``files``: the
+    config and weights as bytes; ``rid``: the run id the manifest records)."""
     global _ops
     _ops = 0
     _remove_debris(run_dir)
-    # build every file's bytes before touching the disk (an encoding error leaves nothing behind)
-    files = {"config.json": (json.dumps(config_dict(model), indent=1, sort_keys=True) + "\n").encode()}
-    tensors, aliases = _weights(model, weights)
-    files["model.safetensors"] = _safetensors(tensors, {"format": FORMAT, "aliases": json.dumps(aliases, sort_keys=True)})
     if state is not None:
         structure, state_tensors = encode_state(state)
         files["state.safetensors"] = _safetensors(state_tensors, {"format": FORMAT})
@@ -555,7 +273,7 @@ def _save(run_dir: Path, step: int, model: nn.Module, tokenizer, state: dict | N
             tokenizer.save(tmp / "tokenizer.json")
             _write_file(tmp / "tokenizer.json", (tmp / "tokenizer.json").read_bytes())  # 0644 and fsynced
         digests = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-        manifest = {"format": FORMAT, "step": step, "files": digests}
+        manifest = {"format": FORMAT, "step": step, "files": digests, "run": rid}
         _write_file(tmp / "manifest.json", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         os.chmod(tmp, 0o755)
         _fsync_dir(tmp)
@@ -674,18 +392,6 @@ def _read_tensors(file: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
         raise ValueError(f"checkpoint file {file} is corrupted (not a readable safetensors file: {e})") from None
 
 
-def _config_mismatch(saved: dict, model: nn.Module) -> list[str]:
-    current = config_dict(model)
-    problems = []
-    if saved.get("model") != current["model"]:
-        return [f"model: checkpoint has {saved.get('model')!r}, the model is {current['model']!r}"]
-    for key in sorted(set(saved) | set(current)):
-        if key in ("model", "name", "backend", "dropout"):  # names, kernels and dropout do not change the weights' meaning
-            continue
-        if saved.get(key) != current.get(key):
-            problems.append(f"{key}: checkpoint has {saved.get(key)!r}, the model has {current.get(key)!r}")
-    return problems
-
 
 def read_weights(model: nn.Module, path: Path | str) -> dict[str, Tensor]:
     """A checkpoint's full state dict (on the CPU, tied names restored), after checking that it was
@@ -708,6 +414,12 @@ def _read_weights(model: nn.Module, step_dir: Path) -> dict[str, Tensor]:
             tensors[alias] = tensors[stored]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"checkpoint file {file} is corrupted (bad 'aliases' metadata: {e!r})") from None
+    for name, tensor in tensors.items():  # training never saves such weights; a model built on them prints noise
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(f"checkpoint file {file}: weight {name} holds {bad} NaN or infinite value(s) of "
+                             f"{tensor.numel()} (a damaged checkpoint: training never saves non-finite weights); "
+                             "load another step")
     return tensors
 
 
@@ -724,6 +436,7 @@ def load_weights(model: nn.Module, path: Path | str) -> nn.Module:
         target.load_state_dict(tensors, strict=True)
     except RuntimeError as e:
         raise ValueError(f"checkpoint {step_dir}: weights do not fit the model: {e}") from None
+    remember_run(target, step_dir)  # saving it back into that run continues the run
     return model
 
 

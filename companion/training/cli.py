@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
+from companion.training.arguments import check_overrides as _check_overrides
+from companion.training.arguments import check_threads, rough_weight_bytes  # noqa: F401  (re-exported)
+from companion.training.arguments import parse_overrides as _overrides
+from companion.training.arguments import read_corpus as _read_corpus
+from companion.training.cli_sample import (  # noqa: F401  (re-exported: this module's public names)
+    CONTEXT_RULE, cmd_sample, crop_prompt, sample_lm, slide)
+
 __all__ = ["add_subcommands", "DATASETS", "PROFILES", "build_run", "sample_lm", "slide", "crop_prompt", "cmd_train",
-           "cmd_sample", "HelpFormatter", "COMMANDS", "CONTEXT_RULE", "check_threads"]
+           "cmd_sample", "HelpFormatter", "Terminated", "COMMANDS", "CONTEXT_RULE", "check_threads"]
 
 # torch is imported inside the functions that need it: `python -m companion --help` imports none of it.
 COMMANDS = {  # the one-line help of each command, shown by `python -m companion --help`
@@ -36,12 +41,6 @@ COMMANDS = {  # the one-line help of each command, shown by `python -m companion
     "sample": "continue a prompt with a trained (decoder) checkpoint, streaming the text",
     "translate": "translate a sentence with a trained encoder-decoder (seq2seq) checkpoint",
 }
-CONTEXT_RULE = ("A prompt longer than the model's context is cropped to its last context-length tokens (a note on "
-                "stderr says so); generation then goes on past the context by sliding the window (each new token "
-                "sees the last context-length tokens) until --max-new-tokens tokens or a stop token. Any other "
-                "early stop is reported on stderr.")
-
-
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default once: appended as "(default: X)" only when the help text does not
     already say it (a "default" or "profile:" in it) and there is a value to show (not None, False
@@ -89,71 +88,6 @@ def preset_name(preset: str) -> str:
     return preset
 
 
-def rough_weight_bytes(config) -> int:
-    """float32 bytes of a config's weights, from its sizes alone (12 d^2 per block, the embeddings):
-    for a model too large even to describe on the meta device."""
-    d = getattr(config, "d_model", None) or getattr(config, "n_embd", 0)
-    layers = (getattr(config, "n_layers", None) or getattr(config, "n_layer", None)
-              or getattr(config, "n_encoder_layers", 0) + getattr(config, "n_decoder_layers", 0))
-    vocab = getattr(config, "vocab_size", None) or getattr(config, "src_vocab_size", 0) + getattr(config, "tgt_vocab_size", 0)
-    return 4 * (12 * int(layers) * int(d) ** 2 + int(vocab) * int(d))
-
-
-def check_threads(threads: int) -> int:
-    """``--threads``: at least 1 and at most 4 per CPU core; torch crashes (a segfault) when asked for
-    100,000 threads, and more threads than cores only slow a run down."""
-    most = 4 * (os.cpu_count() or 1)
-    if threads < 1:
-        raise ValueError(f"--threads must be >= 1; got {threads}")
-    if threads > most:
-        raise ValueError(f"--threads must be at most {most} (4 per CPU core of this machine); got {threads}")
-    return threads
-
-
-def _overrides(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set takes FIELD=VALUE; got {item!r}")
-        key, value = item.split("=", 1)
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
-def _check_overrides(overrides: dict, config_cls: type) -> None:
-    """Each --set names a field of ``config_cls`` and gives a value of the field's type (the field
-    annotations, e.g. "int | None"): --set d_model=abc is a one-line error, not a traceback later."""
-    known = {f.name: str(f.type) for f in fields(config_cls)}
-    takes = {
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-        "bool": lambda v: isinstance(v, bool),
-        "str": lambda v: isinstance(v, str),
-        "None": lambda v: v is None,
-    }
-    for key, value in overrides.items():
-        if key not in known:
-            raise ValueError(f"--set {key}=...: {config_cls.__name__} has no field {key!r} (fields: {', '.join(known)})")
-        kinds = [t.strip() for t in known[key].split("|")]
-        if all(k in takes for k in kinds) and not any(takes[k](value) for k in kinds):
-            raise ValueError(f"--set {key}={json.dumps(value)}: {key} takes {known[key]}; got {value!r}")
-
-
-def _read_corpus(path: Path) -> str:
-    """A .txt corpus as text; a binary or non-UTF-8 file is a ValueError naming it."""
-    raw = path.read_bytes()
-    if b"\x00" in raw:
-        raise ValueError(f"--data {path}: the file is binary (it contains NUL bytes), not UTF-8 text")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--data {path} is not UTF-8 text: byte {e.start} (0x{raw[e.start]:02x}) cannot be decoded; "
-                         "convert it first (e.g. iconv -t UTF-8)") from None
-
-
 def _text_data(args, text_train: str, text_val: str, context: int):
     import torch
 
@@ -187,6 +121,9 @@ def build_run(args):
         if args.profile not in ("quick", "cpu", "gpu"):
             raise ValueError(f"${ENV_VAR} must be quick, cpu or gpu (it gives train's --profile); got {args.profile!r}")
     profile = PROFILES["quick" if args.profile in ("quick", "cpu") else "gpu"]
+    if args.profile == "gpu" and args.device is None and not torch.cuda.is_available():  # as the notebooks warn
+        print("warning: the gpu profile was asked for but CUDA is absent; running its larger settings (5,000 "
+              "steps, torch.compile) on the CPU will be slow: --profile quick suits this machine", file=sys.stderr)
     for key, value in profile.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -305,6 +242,9 @@ def cmd_train(args) -> int:
 
     if args.delete_old and not args.force:
         raise ValueError("--delete-old only applies with --force (it deletes the run already in --out)")
+    if args.out is not None and not args.out.strip():
+        raise ValueError("--out '' names no folder: omit --out to train without checkpoints, or name a folder "
+                         "(--out . for the current one)")
     if not args.out:
         return _train(args)
     check_run_dir(args.out)  # before the corpus is read and the model built
@@ -356,10 +296,12 @@ def _train(args) -> int:
     except (NonFiniteLoss, CheckpointNotWritten) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: no traceback; say where the run stands and how to go on
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: no traceback; where the run stands, how to go on
+        terminated = isinstance(stop, Terminated)
         if trainer.rank == 0:
-            print(_interrupted(args, trainer.step), file=sys.stderr)
-        return 130
+            print(_interrupted(args, trainer.step, "terminated (SIGTERM)" if terminated else "interrupted"),
+                  file=sys.stderr)
+        return 143 if terminated else 130
     if trainer.rank == 0:
         summary = {
             "steps": trainer.step, "stop_reason": history.stop_reason, "loss": history.last("loss"),
@@ -397,9 +339,14 @@ def _saved_seed(resume) -> int | None:
     return seed if isinstance(seed, int) else None
 
 
-def _interrupted(args, step: int) -> str:
-    """The line train prints on Ctrl-C: the step reached and the checkpoint to resume from."""
-    head = f"train: interrupted at step {step}"
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a job scheduler's stop), raised where Ctrl-C would be so that both end a
+    command the same way (``companion.__main__`` installs the handler)."""
+
+
+def _interrupted(args, step: int, how: str = "interrupted") -> str:
+    """The line train prints on Ctrl-C or SIGTERM: the step reached and the checkpoint to resume from."""
+    head = f"train: {how} at step {step}"
     if not args.out:
         return head + "; nothing was saved (no --out)"
     from companion.training.checkpoint import resolve
@@ -411,146 +358,6 @@ def _interrupted(args, step: int) -> str:
                 "steps); start again to train")
     return (head + f"; the last checkpoint is {last.name} in {args.out}: resume with python -m companion train "
             f"... --resume {args.out} --out {args.out} (the same options)")
-
-
-def sample_lm(model, ids: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-              seed: int = 0) -> list[int]:
-    """Append ``max_new_tokens`` sampled ids to ``ids`` (temperature 0: argmax), cropping to the model's context.
-
-    Each token is drawn by ``companion.inference.generate.sample`` (the same temperature and top-k
-    filters as ``generate``) from the logits of the last ``context_length`` tokens: unlike ``generate``,
-    this keeps going past the context by sliding the window, so it recomputes the window every step.
-    Settings are checked by ``SamplingParams`` (ValueError naming the field)."""
-    from companion.inference.generate import SamplingParams
-
-    if not ids:
-        raise ValueError("the prompt must contain at least one token")
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
-    return list(ids) + list(slide(model, ids, params.max_new_tokens, params, params.generator()))
-
-
-def slide(model, ids: list[int], n: int, params, generator=None):
-    """Yield up to ``n`` new token ids after ``ids``, each drawn by ``generate.sample`` from the logits of
-    the last ``context_length`` tokens (the window slides past the context; no cache, so every step
-    recomputes the window). Stops early only after one of ``params.stop_tokens``."""
-    import torch
-
-    from companion.inference.generate import context_length, sample
-
-    context = context_length(model)
-    device = next(model.parameters()).device
-    out = list(ids)
-    with torch.no_grad():
-        for _ in range(n):
-            logits = model(torch.tensor([out[-context:]], device=device))[0, -1].float().cpu()  # (V,)
-            token = sample(logits, params, generator)
-            out.append(token)
-            yield token
-            if token in params.stop_tokens:
-                return
-
-
-def crop_prompt(prompt: list[int], context: int) -> list[int]:
-    """The last ``context`` tokens of ``prompt``, with a note on stderr when that drops some (``CONTEXT_RULE``)."""
-    if len(prompt) > context:
-        print(f"note: the prompt has {len(prompt)} tokens, more than the model's context of {context}; "
-              f"the model sees only its last {context} tokens", file=sys.stderr)
-    return prompt[-context:]
-
-
-def cmd_sample(args) -> int:
-    """``sample`` (continue a prompt, streamed) and ``translate`` (an encoder-decoder checkpoint)."""
-    from companion.training.checkpoint import load_model, load_tokenizer, model_kind
-    from companion.training.trainer import check_device
-
-    translating = args.command == "translate"
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0; got {args.max_new_tokens}")
-    if args.beam_size is not None and args.beam_size < 1:
-        raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
-    if not translating and not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
-    if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
-        raise ValueError(f"--alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {args.alpha}")
-    model = load_model(args.checkpoint, device=check_device(args.device or "cpu"))
-    tokenizer = load_tokenizer(args.checkpoint)
-    seq2seq = model_kind(model) == "seq2seq"
-    if translating and not seq2seq:
-        raise ValueError(f"translate needs an encoder-decoder (seq2seq) checkpoint; {args.checkpoint} holds a "
-                         f"decoder-only model, which continues text: python -m companion sample --checkpoint "
-                         f"{args.checkpoint} --prompt TEXT")
-    if not seq2seq:
-        given = [f"--{name.replace('_', '-')}" for name in ("beam_size", "alpha") if getattr(args, name) is not None]
-        if given:  # a decoder samples: a beam setting would be ignored
-            raise ValueError(f"{' and '.join(given)} apply to encoder-decoder checkpoints (translate); "
-                             f"{args.checkpoint} holds a decoder-only model, which samples (see --temperature, "
-                             "--top-k): drop " + " and ".join(given))
-    if tokenizer is not None:
-        prompt = tokenizer.encode(args.prompt)
-    else:
-        try:
-            prompt = [int(t) for t in args.prompt.split()]
-        except ValueError:
-            raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
-    if seq2seq:
-        if not translating:
-            print(f"note: {args.checkpoint} is an encoder-decoder checkpoint: sample translates the prompt, as "
-                  "python -m companion translate does (the command's own name)", file=sys.stderr)
-        out = _translate(model, tokenizer, prompt, args)
-        sys.stdout.write(out + "\n")
-        return 0
-    if not prompt:
-        raise ValueError("--prompt must hold at least one token; got an empty prompt")
-    crop_prompt(prompt, model.config.context_length)  # the note; slide's window does the cropping
-    # Streamed: the prompt, then each token as it is drawn (a long sample shows text from the first token)
-    show = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: " ".join(map(str, ids)))
-    sep = "" if tokenizer is not None else " "
-    sys.stdout.write(show(prompt))
-    sys.stdout.flush()
-    from companion.inference.generate import SamplingParams
-
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                            seed=args.seed)
-    for tok in slide(model, prompt, params.max_new_tokens, params, params.generator()):
-        sys.stdout.write(sep + show([tok]))
-        sys.stdout.flush()
-    sys.stdout.write("\n")
-    return 0
-
-
-def _translate(model, tokenizer, prompt: list[int], args) -> str:
-    """The translation ``translate`` prints: greedy (--beam-size 1) or beam search, the best hypothesis
-    that is not empty (a wide beam keeps the end token as a first token, whose empty hypothesis can
-    score best under the length penalty; a note says when that happened)."""
-    import torch
-
-    from companion.inference.translate import beam_search_one, greedy_decode
-
-    beam_size = 4 if args.beam_size is None else args.beam_size
-    alpha = 0.6 if args.alpha is None else args.alpha
-    specials = tokenizer.special_tokens if tokenizer is not None else {"<bos>": 1, "<eos>": 2}
-    if len(prompt) > model.config.max_len:
-        print(f"note: the prompt has {len(prompt)} tokens, more than the model's max_len of {model.config.max_len}; "
-              f"only its first {model.config.max_len} are translated", file=sys.stderr)
-    src = torch.tensor([prompt[: model.config.max_len]], device=next(model.parameters()).device)
-    max_len = min(model.config.max_len, args.max_new_tokens)
-    if beam_size == 1:
-        hyp = greedy_decode(model, src, specials["<bos>"], specials["<eos>"], max_len)[0]
-    else:
-        hyps = beam_search_one(model, src, specials["<bos>"], specials["<eos>"], beam_size, alpha, max_len)
-        hyp = next((h for h in hyps if h.tokens), hyps[0])
-        if not hyps[0].tokens and hyp.tokens:
-            print(f"note: the best-scoring hypothesis of --beam-size {beam_size} is empty (the end token first); "
-                  "the best non-empty one is printed", file=sys.stderr)
-        elif not hyp.tokens:
-            print(f"note: every hypothesis of --beam-size {beam_size} is empty (the model puts the end token "
-                  "first): the translation is empty", file=sys.stderr)
-    out = tokenizer.decode(hyp.tokens) if tokenizer is not None else " ".join(map(str, hyp.tokens))
-    if len(hyp.tokens) >= max_len < args.max_new_tokens:
-        print(f"note: the translation stopped at {len(hyp.tokens)} tokens without an end token: that is the "
-              f"model's max_len ({model.config.max_len}), fewer than --max-new-tokens {args.max_new_tokens}",
-              file=sys.stderr)
-    return out
 
 
 def add_subcommands(sub) -> None:

@@ -46,6 +46,7 @@ __all__ = ["run_in", "prepare_out_dir", "restore", "check_tokenizer", "changed_h
            "apply_hyperparameters", "HYPERPARAMETERS"]
 
 _LATEST = "latest"
+STATE_KEYS = ("step", "optimizer", "scheduler", "rng", "data", "history")  # what Trainer.state_dict writes
 
 
 def run_in(out_dir: str | Path) -> list[str]:
@@ -132,6 +133,10 @@ def restore(trainer, path: str | Path, override: bool = False):
     state = ckpt.load_state(path)
     if state is None:
         raise ValueError(f"checkpoint {path} holds weights only, no training state to resume from")
+    missing = [key for key in STATE_KEYS if key not in state] if isinstance(state, dict) else list(STATE_KEYS)
+    if missing:
+        raise ValueError(f"checkpoint {path}: its state.json lacks {missing} (it was not written by Trainer, or was "
+                         "edited): there is no training state to resume from")
     check_tokenizer(trainer.tokenizer, path)
     changes = changed_hyperparameters(trainer.config, state.get("train_config"))
     fixed = [line for key, line in changes if key in FIXED]
@@ -156,23 +161,32 @@ def restore(trainer, path: str | Path, override: bool = False):
 
         full = StateDictOptions(full_state_dict=True)
         set_model_state_dict(trainer.model, ckpt.read_weights(trainer.model, path), options=full)
+        ckpt.remember_run(trainer.model, ckpt.resolve(path))  # its saves continue that run
         set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optimizer"], options=full)
     else:
         ckpt.load_weights(trainer.model, path)
-        trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    mine = state["per_rank"][trainer.rank] if "per_rank" in state else {"data": state["data"], "rng": state["rng"]}
-    rng = mine["rng"]
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    if trainer.data is not None and mine["data"] is not None:
-        trainer.data.load_state_dict(mine["data"])
-    trainer.step = int(state["step"])
-    trainer.tokens_seen = int(state.get("tokens_seen", 0))
-    trainer.history = History.from_dict(state["history"])
+        try:
+            trainer.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, TypeError, IndexError, ValueError, RuntimeError) as e:
+            raise ValueError(f"checkpoint {path}: its optimizer state does not fit this run's optimizer "
+                             f"({type(e).__name__}: {e}); start a new run") from None
+    try:  # a state.json edited into another shape: one error naming the file, not a KeyError deep inside
+        trainer.scheduler.load_state_dict(state["scheduler"])
+        mine = state["per_rank"][trainer.rank] if "per_rank" in state else {"data": state["data"], "rng": state["rng"]}
+        rng = mine["rng"]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        if trainer.data is not None and mine["data"] is not None:
+            trainer.data.load_state_dict(mine["data"])
+        trainer.step = int(state["step"])
+        trainer.tokens_seen = int(state.get("tokens_seen", 0))
+        trainer.history = History.from_dict(state["history"])
+    except (KeyError, TypeError, IndexError, AttributeError, RuntimeError) as e:
+        raise ValueError(f"checkpoint {path}: its training state (state.json) is malformed ({type(e).__name__}: "
+                         f"{e}); resume from another step, or start a new run") from None
     trainer.resume_changes = [line for _, line in changes]
     if changes:
         apply_hyperparameters(trainer)

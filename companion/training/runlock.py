@@ -1,7 +1,9 @@
-"""One writer per run folder: a lock file held for as long as a run (or a save) writes there.
+"""One writer per run folder: an operating-system lock held for as long as a run (or a save) writes there.
 
 What this module provides
 - ``run_lock(run_dir)``: a context manager that holds ``run_dir/.run.lock`` while it is open.
+- ``folder_lock(folder, what, why)``: the same lock for any folder one writer at a time may change
+  (``python -m companion course`` holds it on its output folder); ``what`` and ``why`` word its refusal.
 - ``RunFolderLocked``: the ValueError raised when another live process holds the lock; its message
   names the folder, the process id and host that hold it, and since when.
 - ``LOCK_NAME``: the lock file's name (``.run.lock``).
@@ -11,13 +13,19 @@ runs started together can both pass that check before either has written a check
 prunes the other's steps (``save_checkpoint``'s ``keep``). The lock closes that window: it is taken
 before the check and held until the run ends, so the second run is refused.
 
-How. The lock file is created with ``O_CREAT | O_EXCL`` (the operating system lets exactly one
-process create it) and holds JSON: the owner's pid, host, a random token and the time it was taken.
-A lock whose owner is dead (same host, no such pid: a run killed by SIGKILL or a power cut never
-removes its lock) is stale: it is taken over, with a note on stderr. A lock of another host cannot be
-checked and counts as held. The lock is re-entrant within a process (the ``train`` command holds it
-for the whole run, and each ``save_checkpoint`` of that run takes it again), and a process started
-by ``fork`` does not inherit it.
+How: ``flock`` (``fcntl.flock(fd, LOCK_EX | LOCK_NB)``; ``msvcrt.locking`` on Windows) on the lock
+file. The operating system releases it the moment its process ends, however it ends (SIGKILL, a
+crash, a power cut), so nothing has to guess whether an owner is alive: the earlier PID file could
+neither tell a dead owner from a live unrelated process that reused its PID, nor read a lock that
+had become a folder. The file also holds JSON naming the owner (pid, host, since): only the refusal
+message reads it. The owner removes the file when it releases the lock, while still holding it; a
+process that locked a file which was removed in between sees that its file is no longer the one at
+the path and locks again, so two processes never hold two different files of one folder.
+Within a process the lock is re-entrant (the ``train`` command holds it for the whole run, and each
+``save_checkpoint`` of that run takes it again). A process started by ``fork`` does not hold it: it
+opens the file anew and is refused while its parent holds it (it inherits the parent's descriptor,
+so the lock lasts until both have ended). Network filesystems without ``flock`` (some NFS mounts)
+give a ValueError saying so: run the folder on a local disk.
 """
 
 from __future__ import annotations
@@ -26,134 +34,141 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import socket
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["run_lock", "RunFolderLocked", "LOCK_NAME"]
+try:  # Unix
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+    import msvcrt
+
+__all__ = ["run_lock", "folder_lock", "RunFolderLocked", "LOCK_NAME"]
 
 LOCK_NAME = ".run.lock"
-_HELD: dict[Path, tuple[int, str, int]] = {}  # lock file -> (owner pid, token, depth) held by this process
-_UNREADABLE_GRACE_S = 5.0  # a lock file still empty after this long was left by a crash between create and write
+_HELD: dict[Path, tuple[int, int, int]] = {}  # lock file -> (owner pid, open descriptor, depth) held by this process
+_RUN_WHY = "so another run or save writing there would replace its checkpoints"
 
 
 class RunFolderLocked(ValueError):
-    """Another live process holds the run folder's lock."""
+    """Another live process holds the folder's lock."""
 
 
-def _alive(pid: int) -> bool:
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive lock on ``fd`` without waiting; False when another process holds it."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:  # pragma: no cover - Windows: the file's first byte
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except (BlockingIOError, PermissionError):
         return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    except OSError:
-        return True
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
     return True
 
 
-def _read(lock: Path) -> dict | None:
-    """The lock's owner record, or None while it is unreadable (being written, or left empty by a crash)."""
+def _owner(fd: int) -> dict:
+    """The JSON the lock's holder wrote, {} while it is unreadable (being written, or from another tool)."""
     try:
-        record = json.loads(lock.read_text())
+        record = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
     except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
-def _create(lock: Path, record: dict) -> bool:
-    """Create the lock file holding ``record``; False if it exists already."""
+def _open(lock: Path, folder: Path, what: str) -> int:
+    if lock.is_dir() and not lock.is_symlink():
+        raise ValueError(f"{what} {folder}: {lock} is a folder, where the lock file belongs; remove it "
+                         f"(rmdir {lock}) and start again")
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(record) + "\n")
-    return True
+        return os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{what} {folder}: {lock} is a symbolic link, where the lock file belongs; remove it "
+                             "and start again") from None
+        if e.errno in (errno.EISDIR, errno.ENOTDIR):
+            raise ValueError(f"{what} {folder}: {lock} cannot be a lock file ({e.strerror}); remove it") from None
+        raise
 
 
-def _take_over(lock: Path, seen: str) -> None:
-    """Remove a stale lock whose text was ``seen``. It is renamed aside first and checked: if another
-    process replaced it in between with a fresh lock of its own, that lock is put back untouched."""
-    aside = lock.with_name(f"{lock.name}.stale.{os.getpid()}")
-    try:
-        os.replace(lock, aside)
-    except FileNotFoundError:  # another process took it over first
-        return
-    try:
-        if aside.read_text() != seen:
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, lock)
-    finally:
-        aside.unlink(missing_ok=True)
-
-
-def _acquire(run_dir: Path) -> Path:
-    lock = run_dir.resolve() / LOCK_NAME
+def _acquire(folder: Path, what: str, why: str) -> Path:
+    lock = folder.resolve() / LOCK_NAME
     held = _HELD.get(lock)
     if held is not None and held[0] == os.getpid():
         _HELD[lock] = (held[0], held[1], held[2] + 1)
         return lock
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "token": secrets.token_hex(8),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    first_unreadable = None
-    while not _create(lock, record):
+    while True:
+        fd = _open(lock, folder, what)
         try:
-            seen = lock.read_text()
+            got = _try_lock(fd)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise ValueError(f"{what} {folder} is on a filesystem without file locks ({e.strerror}): two "
+                                 "writers could not be kept apart there; use a folder on a local disk") from None
+            raise
+        if not got:
+            owner = _owner(fd)
+            os.close(fd)
+            who = (f"process {owner.get('pid')} on {owner.get('host')} holds its lock ({lock}, since "
+                   f"{owner.get('since')})") if owner.get("pid") else f"another process holds its lock ({lock})"
+            raise RunFolderLocked(
+                f"{what} {folder} is in use: {who}, {why}. The operating system releases this lock the moment "
+                "that process ends, so it is not stale: wait for it to end, or choose another folder")
+        try:  # the file locked must still be the one at the path (its last holder may have removed it)
+            same = os.path.samestat(os.fstat(fd), os.stat(lock, follow_symlinks=False))
         except FileNotFoundError:
-            continue  # released in between: try again
-        owner = _read(lock)
-        if owner is None:  # created but not yet written, or left empty by a crash
-            first_unreadable = first_unreadable or time.monotonic()
-            if time.monotonic() - first_unreadable < _UNREADABLE_GRACE_S:
-                time.sleep(0.05)
-                continue
-            print(f"note: took over the lock of run folder {run_dir}: its lock file was unreadable",
-                  file=sys.stderr)
-            _take_over(lock, seen)
-            continue
-        same_host = owner.get("host") == record["host"]
-        if same_host and not _alive(owner["pid"]):
-            print(f"note: took over the lock of run folder {run_dir}: process {owner['pid']} on {owner['host']}, "
-                  "which held it, is no longer running", file=sys.stderr)
-            _take_over(lock, seen)
-            continue
-        raise RunFolderLocked(
-            f"run folder {run_dir} is in use: process {owner['pid']} on {owner.get('host')} holds its lock "
-            f"({lock}, since {owner.get('since')}), so another run or save writing there would replace its "
-            "checkpoints. Wait for it to end, or choose another folder"
-            + ("" if same_host else f"; if that process has ended, delete {lock}"))
-    _HELD[lock] = (os.getpid(), record["token"], 1)
+            same = False
+        if same:
+            break
+        os.close(fd)
+    previous = _owner(fd)
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    data = (json.dumps(record) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    _HELD[lock] = (os.getpid(), fd, 1)
+    if previous.get("pid") not in (None, os.getpid()):  # its holder ended without removing it (killed)
+        print(f"note: took over the lock of {what} {folder}: process {previous['pid']} on {previous.get('host')}, "
+              "which held it, is no longer running", file=sys.stderr)
     return lock
 
 
 def _release(lock: Path) -> None:
-    pid, token, depth = _HELD[lock]
+    pid, fd, depth = _HELD[lock]
     if depth > 1:
-        _HELD[lock] = (pid, token, depth - 1)
+        _HELD[lock] = (pid, fd, depth - 1)
         return
     del _HELD[lock]
-    owner = _read(lock)
-    if owner is not None and owner.get("token") == token:  # never delete a lock taken over by another process
-        with contextlib.suppress(OSError):
-            lock.unlink()
+    with contextlib.suppress(OSError):  # removed while still held: the next holder locks a file of its own
+        lock.unlink()
+    os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager
-def run_lock(run_dir: Path | str):
-    """Hold ``run_dir``'s lock (the folder must exist) inside the ``with`` block; ``RunFolderLocked``
+def folder_lock(folder: Path | str, what: str = "run folder", why: str = _RUN_WHY):
+    """Hold ``folder``'s lock (the folder must exist) inside the ``with`` block; ``RunFolderLocked``
     (a ValueError naming the folder and the owner's pid) when another live process holds it."""
-    run_dir = Path(run_dir)
+    folder = Path(folder)
     try:
-        lock = _acquire(run_dir)
+        lock = _acquire(folder, what, why)
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-            raise ValueError(f"run folder {run_dir} is not writable: {e.strerror or e}") from None
+            raise ValueError(f"{what} {folder} is not writable: {e.strerror or e}") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ValueError(f"{what} {folder} does not exist (or a part of its path is a file)") from None
         raise
     try:
         yield lock
     finally:
         _release(lock)
+
+
+def run_lock(run_dir: Path | str):
+    """Hold ``run_dir``'s lock inside the ``with`` block (``folder_lock`` for a run folder)."""
+    return folder_lock(run_dir)

@@ -1,5 +1,5 @@
-"""Issue 40, items 10 and 11 (the command line's own share): inputs that were ignored or crashed are
-now honoured or refused with one line naming the argument."""
+"""The command line's arguments: inputs that would be ignored or crash (a profile variable, thread
+counts, empty ids, a course title) are honoured or refused with one line naming the argument."""
 
 from __future__ import annotations
 
