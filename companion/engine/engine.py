@@ -220,6 +220,9 @@ class Engine:
     def generate(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None, arrivals: Seq[int] | None = None) -> list[RequestOutput]:
         """Serve every prompt to completion; request i is added before step ``arrivals[i]`` (default 0).
         ``sampling_params``: one for all, or one per prompt. Returns outputs in prompt order."""
+        if not hasattr(prompts, "__iter__"):
+            raise ValueError(f"prompts must be token ids (a list of ints, a list of lists or a tensor), or text with a "
+                             f"tokenizer; got {type(prompts).__name__}")
         if isinstance(prompts, Tensor):
             if prompts.dim() not in (1, 2):
                 raise ValueError(f"a prompts tensor must be (T,) or (B, T); got shape {tuple(prompts.shape)}")

@@ -224,6 +224,9 @@ def check_prompts(model: nn.Module, prompts) -> list[list[int]]:
         prompts = prompts.tolist() if prompts.dim() == 2 else [prompts.tolist()]
     if isinstance(prompts, (str, bytes)):
         raise ValueError("prompts must be token ids (a list of ints, a list of lists or a tensor); got a string")
+    if not hasattr(prompts, "__iter__"):
+        raise ValueError(f"prompts must be token ids (a list of ints, a list of lists or a tensor); got "
+                         f"{type(prompts).__name__}")
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt; got none")
