@@ -95,8 +95,7 @@ class GatherEveryStep(PagedBatch):
 
 def gathering_every_step(engine: Engine) -> Engine:
     """``engine`` with its paged batches built as ``GatherEveryStep`` (the read before issue 28 item 2)."""
-    kv = engine.kv
-    kv.pack = lambda seqs, new_lengths: GatherEveryStep(kv, seqs, new_lengths)
+    engine.runner.paged_batch = GatherEveryStep
     return engine
 
 

@@ -301,7 +301,7 @@ class PackedBatchCache:
 
     caches: per-sequence caches, each with ``layer(i)`` (``ModelCache``, or paged sequences of
     different pools). Sequences of one page pool are packed by the pool itself
-    (``companion.inference.batch.packed_forward`` -> ``PagedKVCache.pack``), not here.
+    (``companion.inference.generate.packed_forward`` -> ``companion.inference.batch.PagedBatch``), not here.
     new_lengths: rows each sequence contributes to this forward, in the order they are packed.
     """
 

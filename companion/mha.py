@@ -5,11 +5,13 @@ MultiHead(X) = Concat(head_1, ..., head_h) W_O, head_i = Attn(X W_Q^i, X W_K^{g(
 head i reads key/value head g(i) = i // (n_heads / n_kv_heads):
 - MHA: n_kv_heads = n_heads; GQA: 1 < n_kv_heads < n_heads; MQA: n_kv_heads = 1.
 
-Options, each one a constructor argument: fused QKV projection (one matrix, one matmul), biases,
-cross-attention (keys and values from an encoder's output), causal / padding / sliding-window masks,
-StreamingLLM kept initial tokens (``keep``), gpt-oss attention sinks (a learned per-head logit in
-the softmax denominator), RoPE or ALiBi, and the attention backend (``companion.kernels.attend``).
-Three more options that real families use:
+The layer's core is short: project q, k, v; normalise (QK-norm) and rotate (RoPE) the new rows; read
+(``_read``: store in the cache, attend by the layer's path); project out. The construction arguments are
+the layout (d, h, g, d_h, biases, fused QKV), ``causal``, ``rope``, the attention ``backend`` and dropout;
+everything else a family changes is one ``AttentionVariant``, fixed when the layer is built:
+cross-attention (keys and values from an encoder's output), sliding windows, StreamingLLM kept
+initial tokens (``keep``), gpt-oss attention sinks (a learned per-head logit in the softmax
+denominator), ALiBi, and three more that real families use:
 - ``qk_norm`` (Qwen3, Gemma 3): an RMSNorm over each head's d_h channels of q and of k, applied
   before RoPE, so that the size of a score no longer grows with the size of the projections;
 - ``scale``: the score factor when it is not 1 / sqrt(d_h) (Gemma's ``query_pre_attn_scalar`` s
@@ -20,7 +22,7 @@ Three more options that real families use:
 The cache contract (``companion.cache``): forward gets the new rows x, their absolute positions and
 an optional per-layer cache view; q, k, v are computed for the new rows only, RoPE is applied at the
 absolute positions, k and v go to the view, and the new queries attend over everything it returns.
-The attention path is chosen once, when the layer is built, and kept as data: ``self.path`` is "causal"
+The attention path is chosen when the layer is built (again only if ``causal`` is set on it) and kept as data: ``self.path`` is "causal"
 (causal, optionally windowed: the backend's fused kernel), "positions" (kept initial tokens: a mask from
 absolute positions), "full" (encoder self-attention), "softcap" (Gemma 2's capped scores, written out)
 or "cross"; ``self.cache_attends`` says whether a cache view may attend for the layer
@@ -35,6 +37,7 @@ Two helpers for chapter 8: ``head_map(h, g)``, the map pi(r) from query heads to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +47,7 @@ from companion.cache import LayerCache
 from companion.norms import RMSNorm
 from companion.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 
-__all__ = ["MultiHeadAttention", "position_mask", "check_heads", "softcapped_attention", "head_map",
+__all__ = ["MultiHeadAttention", "AttentionVariant", "position_mask", "check_heads", "softcapped_attention", "head_map",
            "sharing_costs"]
 
 
@@ -138,19 +141,44 @@ def softcapped_attention(
     return torch.matmul(weights.nan_to_num(0.0), v)
 
 
-def _path_option(name: str) -> property:
-    """An attention option the layer's path is chosen from (``MultiHeadAttention._choose_path``):
-    stored as ``_name``; setting it chooses the path again."""
-    private = "_" + name
+@dataclass(frozen=True)
+class AttentionVariant:
+    """What a layer computes besides plain attention, fixed when the layer is built (``MultiHeadAttention``'s
+    ``variant``). The defaults are the 2017 layer.
 
-    def get(self):
-        return getattr(self, private)
+    cross: keys and values come from ``memory`` (an encoder's output): never causal, no positions.
+    window: sliding window of w tokens (query p reads keys p - w + 1 .. p); keep: StreamingLLM's kept
+        initial tokens, readable beside the window.
+    sinks: one learned sink logit per head in the softmax denominator (gpt-oss).
+    alibi: ALiBi's linear biases instead of rotary positions.
+    qk_norm: RMSNorm over each head of q and k before RoPE (Qwen3, Gemma 3), eps ``qk_norm_eps``,
+        gain 1 + w when ``qk_norm_offset`` (as Gemma 3 stores it).
+    scale: the score factor when it is not 1 / sqrt(d_h) (Gemma's query_pre_attn_scalar s: s^(-1/2)).
+    softcap: c of Gemma 2's score cap c tanh(score / c), or None.
+    """
 
-    def set(self, value) -> None:
-        setattr(self, private, value)
-        self._choose_path()
+    cross: bool = False
+    window: int | None = None
+    keep: int = 0
+    sinks: bool = False
+    alibi: bool = False
+    qk_norm: bool = False
+    qk_norm_eps: float = 1e-6
+    qk_norm_offset: bool = False
+    scale: float | None = None
+    softcap: float | None = None
 
-    return property(get, set)
+    def __post_init__(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1 (a query always sees itself) or None; got {self.window}")
+        if self.keep < 0:
+            raise ValueError(f"keep must be >= 0; got {self.keep}")
+        if self.scale is not None and not self.scale > 0:
+            raise ValueError(f"scale must be > 0 or None; got {self.scale}")
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap must be > 0 or None; got {self.softcap}")
+        if self.cross and (self.window is not None or self.alibi):
+            raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
 
 
 class MultiHeadAttention(nn.Module):
@@ -162,64 +190,37 @@ class MultiHeadAttention(nn.Module):
         head_dim: d_h, defaults to d_model / n_heads.
         bias: biases on the q, k, v projections (GPT-2, the 2017 model, gpt-oss); ``out_bias`` on W_O.
         fused_qkv: one (d, (h + 2g) d_h) matrix for q, k, v instead of three; same function, one matmul.
-        cross: keys and values come from ``memory`` (the encoder output), never causal, no positions.
-        causal, window, keep: masking (window = sliding window of w tokens; keep = kept initial tokens).
-        sinks: learn one sink logit per head (gpt-oss).
-        rope: a ``RotaryEmbedding`` applied to q and k; ``alibi``: add ALiBi biases instead.
+        causal: mask the future (the one option a built layer may change: chapter 4's exercise turns
+            it off in a copy, and the path is chosen again).
+        rope: a ``RotaryEmbedding`` applied to q and k.
         backend: "auto", "reference", "sdpa", ... (``companion.kernels.attend.BACKENDS``).
-        qk_norm: RMSNorm on each head of q and k before RoPE (eps ``qk_norm_eps``, gain 1 + w when
-            ``qk_norm_offset``, as Gemma 3 stores it).
-        scale: score factor (default 1 / sqrt(d_h)); softcap: c of the score soft-cap, or None.
+        dropout: on the output, in training.
+        variant: an ``AttentionVariant`` (cross-attention, window, kept tokens, sinks, ALiBi, QK-norm,
+            scale, soft-cap); None is the plain layer.
     """
 
     def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        *,
-        bias: bool = False,
-        out_bias: bool | None = None,
-        fused_qkv: bool = True,
-        cross: bool = False,
-        causal: bool = True,
-        window: int | None = None,
-        keep: int = 0,
-        sinks: bool = False,
-        rope: RotaryEmbedding | None = None,
-        alibi: bool = False,
-        backend: str = "auto",
-        dropout: float = 0.0,
-        qk_norm: bool = False,
-        qk_norm_eps: float = 1e-6,
-        qk_norm_offset: bool = False,
-        scale: float | None = None,
-        softcap: float | None = None,
+        self, d_model: int, n_heads: int, n_kv_heads: int | None = None, head_dim: int | None = None, *,
+        bias: bool = False, out_bias: bool | None = None, fused_qkv: bool = True, causal: bool = True,
+        rope: RotaryEmbedding | None = None, backend: str = "auto", dropout: float = 0.0,
+        variant: AttentionVariant | None = None,
     ):
         super().__init__()
+        self.variant = v = variant if variant is not None else AttentionVariant()
+        if not isinstance(v, AttentionVariant):
+            raise ValueError(f"variant must be an AttentionVariant or None; got {type(v).__name__}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if scale is not None and not scale > 0:
-            raise ValueError(f"scale must be > 0 or None; got {scale}")
-        if softcap is not None and not softcap > 0:
-            raise ValueError(f"softcap must be > 0 or None; got {softcap}")
         self.head_dim = check_heads(d_model, n_heads, n_kv_heads, head_dim)
-        if window is not None and window < 1:
-            raise ValueError(f"window must be >= 1 (a query always sees itself) or None; got {window}")
-        if keep < 0:
-            raise ValueError(f"keep must be >= 0; got {keep}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-        if rope is not None and alibi:
+        if rope is not None and v.alibi:
             raise ValueError("use either rope or alibi, not both")
+        if rope is not None and v.cross:
+            raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
         if rope is not None and rope.head_dim != self.head_dim:
             raise ValueError(f"rope.head_dim ({rope.head_dim}) must equal the attention head_dim ({self.head_dim})")
-        if cross and (window is not None or rope is not None or alibi):
-            raise ValueError("cross-attention takes no window, rope or alibi: encoder positions are not comparable to decoder ones")
-        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.cross, self._causal = cross, causal  # _choose_path: a cross layer is never causal
-        self._window, self._keep, self.backend = window, keep, backend
-        self.fused_qkv = fused_qkv and not cross  # cross-attention reads two different inputs
+        self.d_model, self.n_heads, self.n_kv_heads, self.backend = d_model, n_heads, n_kv_heads, backend
+        self.fused_qkv = fused_qkv and not v.cross  # cross-attention reads two different inputs
         h, g, dh = n_heads, n_kv_heads, self.head_dim
         if self.fused_qkv:
             self.qkv = nn.Linear(d_model, (h + 2 * g) * dh, bias=bias)
@@ -229,43 +230,48 @@ class MultiHeadAttention(nn.Module):
             self.v = nn.Linear(d_model, g * dh, bias=bias)
         self.out = nn.Linear(h * dh, d_model, bias=bias if out_bias is None else out_bias)
         self.rope = rope
-        if alibi:
+        if v.alibi:
             self.register_buffer("alibi_slopes", alibi_slopes(h), persistent=False)
         else:
             self.alibi_slopes = None
         # Sink logits start at 0: the "nowhere" option begins as likely as one ordinary key with score 0.
-        self.sinks = nn.Parameter(torch.zeros(h)) if sinks else None
+        self.sinks = nn.Parameter(torch.zeros(h)) if v.sinks else None
         self.dropout = nn.Dropout(dropout)
-        self.scale, self.softcap = scale, softcap
-        if qk_norm:  # created only when asked, so other models' state dicts are unchanged
-            self.q_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
-            self.k_norm = RMSNorm(dh, qk_norm_eps, offset=qk_norm_offset)
-        self.qk_norm = qk_norm
-        self._choose_path()
+        if v.qk_norm:  # created only when asked, so other models' state dicts are unchanged
+            self.q_norm = RMSNorm(dh, v.qk_norm_eps, offset=v.qk_norm_offset)
+            self.k_norm = RMSNorm(dh, v.qk_norm_eps, offset=v.qk_norm_offset)
+        self.causal = causal  # chooses the path
 
-    def _choose_path(self) -> None:
-        """The attention path, chosen once from the options ("cross" or a key of ``_PATHS``), not at
-        every call; again only when ``causal``, ``window`` or ``keep`` is set on a built layer."""
-        if self.cross:
-            self._causal = False  # keys from the encoder's memory: never causal, whatever was set
+    # the variant, read as attributes (fixed: build another layer to change them)
+    cross = property(lambda self: self.variant.cross)
+    window = property(lambda self: self.variant.window)
+    keep = property(lambda self: self.variant.keep)
+    scale = property(lambda self: self.variant.scale)
+    softcap = property(lambda self: self.variant.softcap)
+    qk_norm = property(lambda self: self.variant.qk_norm)
+
+    @property
+    def causal(self) -> bool:
+        return self._causal
+
+    @causal.setter
+    def causal(self, value: bool) -> None:
+        """Set causal and choose the path: "cross", "softcap" (Gemma 2's capped scores, written out),
+        "full" (encoder self-attention), "causal" (causal, optionally windowed: the backend's fused
+        kernel) or "positions" (kept initial tokens: a mask from absolute positions)."""
+        v = self.variant
+        self._causal = bool(value) and not v.cross  # keys from the encoder's memory: never causal
+        if v.cross:
             self.path = "cross"
-        elif self.softcap is not None:
+        elif v.softcap is not None:
             self.path = "softcap"
-        elif not self._causal and self._window is None:
+        elif not self._causal and v.window is None:
             self.path = "full"
         else:
-            self.path = "causal" if self._keep == 0 else "positions"
+            self.path = "causal" if v.keep == 0 else "positions"
         # A cache view may attend for the layer (``LayerCache.attend``: store k, v and return causal,
-        # optionally windowed attention with 1 / sqrt(d_h)) only when that is all this layer computes:
-        # no sinks, ALiBi, kept tokens, own scale or cap (and, per call, no extra mask)
-        self.cache_attends = (self.path == "causal" and self.sinks is None and self.alibi_slopes is None
-                              and self.scale is None)
-
-    # The options the path depends on: setting one on a built layer (chapter 4's exercise turns
-    # ``causal`` off in a copy) chooses the path again instead of being ignored.
-    causal = _path_option("causal")
-    window = _path_option("window")
-    keep = _path_option("keep")
+        # optionally windowed attention with 1 / sqrt(d_h)) only when that is all this layer computes
+        self.cache_attends = self.path == "causal" and not (v.sinks or v.alibi) and v.scale is None
 
     def _split_heads(self, x: Tensor, n: int) -> Tensor:  # (B, T, n*d_h) -> (B, n, T, d_h)
         B, T, _ = x.shape
@@ -281,15 +287,9 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.q(x), self.k(src), self.v(src)
         return self._split_heads(q, h), self._split_heads(k, g), self._split_heads(v, g)
 
-    def forward(
-        self,
-        x: Tensor,
-        positions: Tensor | None = None,
-        cache: LayerCache | None = None,
-        *,
-        memory: Tensor | None = None,
-        mask: Tensor | None = None,
-    ) -> Tensor:
+    # the core: project, normalise and rotate, read (``_read``), project out ----------------------------
+    def forward(self, x: Tensor, positions: Tensor | None = None, cache: LayerCache | None = None, *,
+                memory: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
         """x (B, T, d) -> (B, T, d).
 
         positions: (T,) absolute positions of the new rows; default cache.length + arange(T).
@@ -297,43 +297,47 @@ class MultiHeadAttention(nn.Module):
         memory: (B, S, d) encoder output, cross-attention only.
         mask: extra boolean mask broadcastable to (B, h, T, S), True = may read (e.g. padding).
         """
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}")
-        if self.path == "cross":
-            if memory is None:
-                raise ValueError("cross-attention needs memory (B, S, d_model)")
-            if cache is not None:
-                raise ValueError("cross-attention keeps no cache here: its keys come from the fixed memory")
-            q, k, v = self.project_qkv(x, memory)
-            out = attend(q, k, v, mask=mask, backend=self.backend, sinks=self.sinks, scale=self.scale)
-            return self._dropout(self.out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)))
-
-        B, T, _ = x.shape
+        B, T = self._check(x, cache, memory)
         if positions is None:
             start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=x.device)
-        q, k, v = self.project_qkv(x)
+        q, k, v = self.project_qkv(x, memory)
         if self.qk_norm:  # per head, before RoPE (Qwen3, Gemma 3)
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:  # rotate at absolute positions BEFORE k is stored
             if positions.shape[0] != T:
                 raise ValueError(f"positions must have one entry per row: {positions.shape[0]} vs T={T}")
             q, k = self.rope.rotate_qk(q, k, positions.to(x.device))  # one lookup for q and k
-        out = None
+        out = self._read(q, k, v, positions, cache, mask)  # (B, h, T, d_h)
+        return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+
+    def _check(self, x: Tensor, cache: LayerCache | None, memory: Tensor | None) -> tuple[int, int]:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}")
+        if self.cross and memory is None:
+            raise ValueError("cross-attention needs memory (B, S, d_model)")
+        if self.cross and cache is not None:
+            raise ValueError("cross-attention keeps no cache here: its keys come from the fixed memory")
+        return x.shape[0], x.shape[1]
+
+    def _read(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, cache: LayerCache | None,
+              mask: Tensor | None) -> Tensor:
+        """Store the new k, v in the cache (if any) and attend over every key it holds, by the path."""
         if cache is not None and self.cache_attends and mask is None:
             # A cache that can attend itself (a paged batch: its seats, or a kernel that reads the
             # pages) stores k, v and returns the output; None = it cannot, read it below.
             out = cache.attend(q, k, v, positions, window=self.window, backend=self.backend)
-        if out is None:
-            if cache is not None:  # store the new rows, attend over everything the view returns
-                k_positions, (k, v) = cache.update(positions, k, v)
-                same_sequence = cache.same_sequence  # (T, S) when the view packs several sequences
-                k_positions = k_positions.to(positions.device)
-            else:
-                k_positions, same_sequence = positions, None
-            bias = None if self.alibi_slopes is None else alibi_bias(self.alibi_slopes, positions, k_positions)
-            out = self._PATHS[self.path](self, q, k, v, positions, k_positions, same_sequence, mask, bias)
-        return self._dropout(self.out(out.transpose(1, 2).reshape(B, T, -1)))
+            if out is not None:
+                return out
+        if cache is not None:  # store the new rows, attend over everything the view returns
+            k_positions, (k, v) = cache.update(positions, k, v)
+            same_sequence = cache.same_sequence  # (T, S) when the view packs several sequences
+            k_positions = k_positions.to(positions.device)
+        else:
+            k_positions, same_sequence = positions, None
+        bias = None if self.alibi_slopes is None else alibi_bias(self.alibi_slopes, positions, k_positions)
+        return self._PATHS[self.path](self, q, k, v, positions, k_positions, same_sequence, mask, bias)
+
 
     # The attention paths (``self.path``). Each gets q (B, h, T, d), k, v (B, g, S, d), the query and
     # key positions, the packed view's same-sequence mask (or None), the extra mask and ALiBi's bias.
@@ -378,7 +382,8 @@ class MultiHeadAttention(nn.Module):
         return softcapped_attention(q, k, v, self._allowed(positions, k_positions, same_sequence, mask), scale,
                                     self.softcap, self.sinks)
 
-    _PATHS = {"causal": _attend_causal, "positions": _attend_positions, "full": _attend_full, "softcap": _attend_softcap}
+    _PATHS = {"causal": _attend_causal, "positions": _attend_positions, "full": _attend_full, "softcap": _attend_softcap,
+              "cross": _attend_full}  # cross: every key of the memory, only the extra mask
 
     def _dropout(self, x: Tensor) -> Tensor:
         """Dropout where it acts (training, p > 0); otherwise x itself, without a module call."""

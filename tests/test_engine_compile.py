@@ -14,6 +14,7 @@ import torch
 
 from companion.engine import Engine
 from companion.engine.compiled import CompiledDecode, compile_unavailable, compile_unsupported
+from companion.inference.batch import StepBuffers
 from companion.inference.generate import SamplingParams, packed_forward
 from companion.models import from_preset
 from companion.inference.paged import PagedKVCache
@@ -74,6 +75,7 @@ def test_compiled_decode_equals_eager(one_thread):
     model64 = copy.deepcopy(model).double()
     pools = [PagedKVCache(model, engine.kv.n_pages, 4) for _ in range(2)] + [PagedKVCache(model64, engine.kv.n_pages, 4)]
     step = CompiledDecode(model, pools[1])
+    buffers = StepBuffers.for_pool(pools[1], 4, 4, model.config.context_length)  # the runner's, as the engine sizes them
     seqs = [[pool.new_sequence() for _ in prompts[:4]] for pool in pools]
     with torch.inference_mode():
         for m, caches in zip((model, model, model64), seqs):  # prefill, eager in all three
@@ -81,7 +83,7 @@ def test_compiled_decode_equals_eager(one_thread):
         tokens = [p[-1] for p in prompts[:4]]
         for n_live in (4, 4, 3, 2, 1, 1):  # shrinking batches, down to one sequence
             ref = packed_forward(model, seqs[0][:n_live], [[t] for t in tokens[:n_live]])
-            got = step(seqs[1][:n_live], tokens[:n_live])
+            got = step(buffers.fill(pools[1], seqs[1][:n_live], [1] * n_live, [[t] for t in tokens[:n_live]]))
             exact = packed_forward(model64, seqs[2][:n_live], [[t] for t in tokens[:n_live]])
             # tolerances: compiled and eager are two float32 computations of one step: float32_paths_atol, 4 times
             # the eager step's own float32 error (against the float64 copy) plus 8 ulps

@@ -18,6 +18,7 @@ from companion.inference.generate import SamplingParams, generate, packed_forwar
 from companion.models import from_preset
 from companion.inference.paged import PagedKVCache
 from companion.kernels.paged_flex import flex_block_mask, flex_logical_pages, paged_flex_mask_mod
+from companion.inference.batch import PagedBatch
 from tolerances import float32_paths_atol
 
 # tolerances: the kernels are float32 computations of one function; each step's logits are compared with the
@@ -156,10 +157,10 @@ def test_views_that_cannot_attend_say_so():
     assert model.new_cache().layer(0).attend(q, k, k, torch.arange(2)) is None
     kv = PagedKVCache(model, 4, 4, attention_kernel=None)
     seq = kv.new_sequence()
-    batch = kv.pack([seq], [2])
+    batch = PagedBatch(kv, [seq], [2])
     assert batch.layer(0).attend(q, k, k, torch.arange(2)) is None and batch.layers_done == 0
     kv_gather = PagedKVCache(model, 4, 4)
-    view = kv_gather.pack([kv_gather.new_sequence()], [2]).layer(0)
+    view = PagedBatch(kv_gather, [kv_gather.new_sequence()], [2]).layer(0)
     assert view.attend(q, k, k, torch.arange(2), backend="reference") is None  # a backend the kernel does not provide
 
 

@@ -12,7 +12,7 @@ import torch
 
 from companion.blocks import Block
 from companion.feedforward import ClampedSwiGLU, GeGLU, SwiGLU
-from companion.mha import MultiHeadAttention
+from companion.mha import AttentionVariant, MultiHeadAttention
 from companion.models import PRESETS, from_preset
 from companion.norms import RMSNorm
 from companion.positions import RotaryEmbedding, rope_inverse_frequencies
@@ -128,7 +128,7 @@ def _oracle_attention(attn, x, *, qk_norm_eps=None, scale=None, cap=None, window
 
 def test_qk_norm_normalises_each_head_before_rope():
     torch.manual_seed(5)
-    attn = _spread(MultiHeadAttention(32, 4, 2, 8, rope=RotaryEmbedding(8, base=100.0), qk_norm=True, qk_norm_eps=1e-5), 6)
+    attn = _spread(MultiHeadAttention(32, 4, 2, 8, rope=RotaryEmbedding(8, base=100.0), variant=AttentionVariant(qk_norm=True, qk_norm_eps=1e-05)), 6)
     x = torch.randn(2, 7, 32)
     atol = float64_twin_atol(lambda a, x: a(x), attn, x)  # tolerances: module against oracle, both float32
     torch.testing.assert_close(attn(x), _oracle_attention(attn, x, qk_norm_eps=1e-5), atol=atol, rtol=0)
@@ -139,7 +139,7 @@ def test_qk_norm_normalises_each_head_before_rope():
 def test_softcap_and_query_pre_attn_scalar(window):
     torch.manual_seed(7)
     s, cap = 20.0, 1.5  # scale 20^(-1/2) instead of 8^(-1/2); a cap that bites
-    attn = _spread(MultiHeadAttention(32, 4, 1, 8, rope=RotaryEmbedding(8), scale=s**-0.5, softcap=cap, window=window), 8)
+    attn = _spread(MultiHeadAttention(32, 4, 1, 8, rope=RotaryEmbedding(8), variant=AttentionVariant(scale=s ** (-0.5), softcap=cap, window=window)), 8)
     x = torch.randn(2, 9, 32) * 2
     ref = _oracle_attention(attn, x, scale=s**-0.5, cap=cap, window=window)
     atol = float64_twin_atol(lambda a, x: a(x), attn, x)  # tolerances: module against oracle, both float32

@@ -7,6 +7,7 @@ upward dependency). Layers, lowest first; a module may import from its own layer
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,70 @@ def test_the_checks_can_fail():
     # A planted cycle and a planted upward import are found.
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert layer_of("companion.engine.engine") > layer_of("companion.mha")
+
+
+# ------------------------------------------------------------------ dependencies through annotations
+# A module that names another module's types in string annotations ("PagedKVCache") without importing
+# them depends on that module as much as an import would, but no import edge shows it: the layer
+# and cycle checks above cannot see it. Every name an annotation uses must be bound in the module.
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Names bound anywhere in the module (imports, defs, classes, assignments, loop and with targets,
+    arguments): an annotation may use any of them."""
+    names = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def _annotation_names(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of every name used in an annotation, string annotations parsed."""
+    annotations = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                if a is not None and a.annotation is not None:
+                    annotations.append(a.annotation)
+            if node.returns is not None:
+                annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    found = []
+    pending = [(ann, None) for ann in annotations]  # (expression, line of the string it was parsed from)
+    while pending:
+        ann, line = pending.pop()
+        for sub in ast.walk(ann):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                try:
+                    pending.append((ast.parse(sub.value, mode="eval").body, line or sub.lineno))
+                except SyntaxError:
+                    pass  # a Literal["..."] argument, not a type
+            elif isinstance(sub, ast.Name):
+                found.append((line or sub.lineno, sub.id))
+    return found
+
+
+def undefined_annotation_names(source: str) -> list[tuple[int, str]]:
+    tree = ast.parse(source)
+    bound = _bound_names(tree)
+    return sorted((line, name) for line, name in _annotation_names(tree) if name not in bound)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_annotations_name_only_what_the_module_imports(path):
+    missing = undefined_annotation_names(path.read_text())
+    assert not missing, f"{path}: annotations name types the module does not import: {missing}"
+
+
+def test_the_annotation_check_can_fail():
+    planted = 'from __future__ import annotations\ndef f(pool: "PagePool", n: int) -> "list[Seat]":\n    return []\n'
+    assert undefined_annotation_names(planted) == [(2, "PagePool"), (2, "Seat")]
+    assert undefined_annotation_names("from x import PagePool\ndef f(pool: 'PagePool') -> None: ...\n") == []

@@ -10,7 +10,7 @@ from tolerances import float64_twin_atol
 
 from companion.kernels.attend import attend
 from companion.cache import ContiguousLayerCache
-from companion.mha import MultiHeadAttention, position_mask
+from companion.mha import AttentionVariant, MultiHeadAttention, position_mask
 from companion.positions import RotaryEmbedding, alibi_slopes
 
 
@@ -78,7 +78,7 @@ def test_fused_and_separate_projections_agree():
 
 def test_sliding_window_keep_and_padding_masks():
     torch.manual_seed(2)
-    m = MultiHeadAttention(16, 2, window=3, keep=1, backend="reference")
+    m = MultiHeadAttention(16, 2, backend='reference', variant=AttentionVariant(window=3, keep=1))
     x = torch.randn(2, 8, 16)
     p = torch.arange(8)
     allowed = (p[None] <= p[:, None]) & (((p[:, None] - p[None]) < 3) | (p[None] < 1))
@@ -96,7 +96,7 @@ def test_sliding_window_keep_and_padding_masks():
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
 def test_sinks_in_the_denominator(backend):
     torch.manual_seed(3)
-    m = MultiHeadAttention(16, 4, 2, sinks=True, backend=backend)
+    m = MultiHeadAttention(16, 4, 2, backend=backend, variant=AttentionVariant(sinks=True))
     with torch.no_grad():
         m.sinks.copy_(torch.tensor([-1.0, 0.0, 2.0, 5.0]))
     x = torch.randn(2, 5, 16)
@@ -109,7 +109,7 @@ def test_sinks_in_the_denominator(backend):
 @pytest.mark.parametrize("backend", ["reference", "sdpa"])
 def test_alibi_bias(backend):
     torch.manual_seed(4)
-    m = MultiHeadAttention(16, 4, alibi=True, backend=backend)
+    m = MultiHeadAttention(16, 4, backend=backend, variant=AttentionVariant(alibi=True))
     x = torch.randn(1, 6, 16)
     p = torch.arange(6)
     bias = -alibi_slopes(4)[:, None, None] * (p[:, None] - p[None]).abs()
@@ -119,7 +119,7 @@ def test_alibi_bias(backend):
 
 def test_cross_attention_with_padding():
     torch.manual_seed(5)
-    m = MultiHeadAttention(16, 4, cross=True, bias=True)
+    m = MultiHeadAttention(16, 4, bias=True, variant=AttentionVariant(cross=True))
     x, mem = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
     pad = torch.ones(2, 1, 1, 7, dtype=torch.bool)
     pad[0, ..., 4:] = False
@@ -142,7 +142,7 @@ def test_permutation_equivariance_without_positions_or_mask():
 def test_cached_decoding_equals_full_forward(kw):
     torch.manual_seed(7)
     rope = None if kw.get("alibi") else RotaryEmbedding(8)
-    m = MultiHeadAttention(32, 4, 2, rope=rope, **kw)
+    m = MultiHeadAttention(32, 4, 2, rope=rope, variant=AttentionVariant(**kw))
     x = torch.randn(2, 10, 32)
     cache = ContiguousLayerCache(window=kw.get("window"), keep=kw.get("keep", 0))
     outs = [m(x[:, :4], cache=cache)] + [m(x[:, t : t + 1], cache=cache) for t in range(4, 10)]
@@ -157,7 +157,7 @@ def test_validation_messages():
     with pytest.raises(ValueError, match="d_model \\(30\\) must be divisible by n_heads \\(4\\)"):
         MultiHeadAttention(30, 4)
     with pytest.raises(ValueError, match="window must be >= 1"):
-        MultiHeadAttention(16, 4, window=0)
+        MultiHeadAttention(16, 4, variant=AttentionVariant(window=0))
     with pytest.raises(ValueError, match="backend must be one of"):
         MultiHeadAttention(16, 4, backend="magic")
     with pytest.raises(ValueError, match="sinks must hold one logit per query head"):
@@ -305,11 +305,28 @@ def test_options_set_on_a_built_layer_choose_the_path_again():
     # the last row read everything anyway: two float32 paths (causal and full), tests/tolerances.py
     assert torch.allclose(out[:, -1], causal_out[:, -1], atol=float64_twin_atol(_call, layer, x), rtol=0)
     layer.causal = True
-    layer.window = 2
-    windowed = layer(x)
-    reference = MultiHeadAttention(32, 4, n_kv_heads=2, window=2)
-    reference.load_state_dict(layer.state_dict())
-    assert torch.equal(windowed, reference(x))
-    cross = MultiHeadAttention(32, 4, cross=True)
+    assert layer.path == "causal" and torch.equal(layer(x), causal_out)
+    # the variant is fixed at construction: a window is another layer, not an attribute to set
+    with pytest.raises(AttributeError):
+        layer.window = 2
+    windowed = MultiHeadAttention(32, 4, n_kv_heads=2, variant=AttentionVariant(window=2))
+    windowed.load_state_dict(layer.state_dict())
+    assert windowed.path == "causal" and not torch.allclose(windowed(x), causal_out, atol=1e-4)
+    cross = MultiHeadAttention(32, 4, variant=AttentionVariant(cross=True))
     cross.causal = True
     assert not cross.causal and cross.path == "cross"
+
+
+def test_the_layer_takes_at_most_twelve_arguments_and_the_variant_is_checked():
+    import inspect
+
+    params = [p for p in inspect.signature(MultiHeadAttention.__init__).parameters if p != "self"]
+    assert len(params) <= 12, params
+    with pytest.raises(ValueError, match="variant must be an AttentionVariant"):
+        MultiHeadAttention(16, 4, variant=dict(window=2))
+    for kw, match in [(dict(keep=-1), "keep must be >= 0"), (dict(scale=0.0), "scale must be > 0"),
+                      (dict(softcap=-1.0), "softcap must be > 0"), (dict(cross=True, window=4), "cross-attention takes no")]:
+        with pytest.raises(ValueError, match=match):
+            AttentionVariant(**kw)
+    with pytest.raises(ValueError, match="cross-attention takes no"):
+        MultiHeadAttention(16, 4, rope=RotaryEmbedding(4), variant=AttentionVariant(cross=True))

@@ -268,7 +268,7 @@ def test_page_slots_is_the_slot_formula_every_path_uses():
     kv = PagedKVCache(model, n_pages=10, page_size=3)
     seqs = [kv.new_sequence(), kv.new_sequence()]
     batch = PagedBatch(kv, seqs, [5, 2])
-    assert torch.equal(batch.write_slots, torch.cat([page_slots(torch.tensor(s.table), 3)[:n] for s, n in zip(seqs, [5, 2])]))
+    assert torch.equal(batch.context.slot_mapping, torch.cat([page_slots(torch.tensor(s.table), 3)[:n] for s, n in zip(seqs, [5, 2])]))
 
 
 def _prefix_run(engine, prompts):

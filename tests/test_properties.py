@@ -12,7 +12,7 @@ from tolerances import float64_twin_atol
 from companion.kernels.attend import build_mask
 from companion.blocks import Block
 from companion.feedforward import SwiGLU
-from companion.mha import MultiHeadAttention, position_mask
+from companion.mha import AttentionVariant, MultiHeadAttention, position_mask
 from companion.models import Decoder, DecoderConfig
 from companion.positions import RotaryEmbedding
 
@@ -39,7 +39,7 @@ def _call(m, x):
 
 def _attention(h, g, dh, *, window=None, keep=0, backend="reference", seed=0):
     torch.manual_seed(seed)
-    return MultiHeadAttention(h * dh, h, g, dh, window=window, keep=keep, rope=RotaryEmbedding(dh), backend=backend).eval()
+    return MultiHeadAttention(h * dh, h, g, dh, rope=RotaryEmbedding(dh), backend=backend, variant=AttentionVariant(window=window, keep=keep)).eval()
 
 
 # ------------------------------------------------------------------------------------------- masks

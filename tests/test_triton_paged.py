@@ -24,6 +24,7 @@ from companion.inference.generate import packed_forward
 from companion.models import from_preset
 from companion.inference.paged import PagedKVCache
 from companion.kernels.paged_reference import paged_attention_reference
+from companion.inference.batch import PagedBatch
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -111,10 +112,10 @@ def test_paged_batch_attend_equals_what_the_model_computes(name, monkeypatch):
         return out
 
     monkeypatch.setattr(companion.mha, "attend", spy)
-    batch = kv.pack(caches, [len(c) for c in chunks])
+    batch = PagedBatch(kv, caches, [len(c) for c in chunks])
     positions = torch.cat([torch.arange(c.length, c.length + len(ch)) for c, ch in zip(caches, chunks)])
     model(torch.tensor([[t for ch in chunks for t in ch]]), cache=batch, positions=positions)
-    assert len(captured) == model.config.n_layers and batch.q_pos.tolist() == positions.tolist()
+    assert len(captured) == model.config.n_layers and batch.context.positions.tolist() == positions.tolist()
     window = getattr(model.config, "window", None)
     for layer, (q, k, v, out) in enumerate(captured):
         ours = batch.paged_attention(layer, q[0].transpose(0, 1), window=window, kernel="reference")  # (N, h, d)
@@ -154,17 +155,17 @@ def test_argument_checks():
     model = from_preset("llama-like")
     kv = PagedKVCache(model, n_pages=4, page_size=4)
     seq = kv.new_sequence()
-    batch = kv.pack([seq], [2])
+    batch = PagedBatch(kv, [seq], [2])
     with pytest.raises(ValueError, match="kernel must be one of"):
         batch.paged_attention(0, torch.zeros(2, 4, 16), kernel="flash")
     with pytest.raises(ValueError, match="layer must be in"):
         batch.paged_attention(7, torch.zeros(2, 4, 16))
     quant = PagedKVCache(model, n_pages=4, page_size=4, bits=8)
     with pytest.raises(ValueError, match="bits=8"):
-        quant.pack([quant.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
+        PagedBatch(quant, [quant.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
     mla = PagedKVCache(from_preset("deepseek-like"), n_pages=4, page_size=4)
     with pytest.raises(ValueError, match="MLA latent"):
-        mla.pack([mla.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
+        PagedBatch(mla, [mla.new_sequence()], [2]).paged_attention(0, torch.zeros(2, 4, 16))
 
 
 @pytest.mark.skipif(triton_paged.INTERPRET, reason="TRITON_INTERPRET=1 lets CPU tensors through by design")
@@ -174,7 +175,7 @@ def test_cpu_tensors_get_a_clear_error():
         triton_paged.paged_attention(*args)
     kv = PagedKVCache(from_preset("llama-like"), n_pages=4, page_size=4)
     with pytest.raises(ValueError, match="needs CUDA tensors"):
-        kv.pack([kv.new_sequence()], [1]).paged_attention(0, torch.zeros(1, 4, 16), kernel="triton")
+        PagedBatch(kv, [kv.new_sequence()], [1]).paged_attention(0, torch.zeros(1, 4, 16), kernel="triton")
 
 
 def test_package_imports_and_explains_without_triton():
@@ -193,6 +194,7 @@ _INTERPRETED = textwrap.dedent(
     from companion.inference.paged import PagedKVCache
     from companion.kernels.paged_reference import paged_attention_reference
     from companion.inference.generate import packed_forward
+    from companion.inference.batch import PagedBatch
     from companion.models import from_preset
     assert INTERPRET
     results = []
@@ -220,9 +222,9 @@ _INTERPRETED = textwrap.dedent(
     prompts = [torch.randint(0, 256, (n,)).tolist() for n in (7, 2, 10)]
     with torch.no_grad():
         packed_forward(model, seqs, prompts)
-        batch = kv.pack(seqs, [1, 1, 1])
+        batch = PagedBatch(kv, seqs, [1, 1, 1])
         for layer in range(kv.n_layers):
-            batch.layer(layer).update(batch.q_pos, *(torch.randn(1, 2, 3, 16) for _ in range(2)))
+            batch.layer(layer).update(batch.context.positions, *(torch.randn(1, 2, 3, 16) for _ in range(2)))
         q = torch.randn(3, 4, 16)
         errs = [(batch.paged_attention(l, q, kernel="triton") - batch.paged_attention(l, q)).abs().max().item() for l in range(kv.n_layers)]
     results.append({"case": "PagedBatch.attend", "err": max(errs)})
@@ -274,9 +276,9 @@ def test_gpu_paged_batch_attend():
     kv = PagedKVCache(model, n_pages=32, page_size=4, device="cuda")
     seqs = [kv.new_sequence() for _ in range(3)]
     packed_forward(model, seqs, [torch.randint(0, 256, (n,)).tolist() for n in (9, 1, 30)])
-    batch = kv.pack(seqs, [1, 1, 1])
+    batch = PagedBatch(kv, seqs, [1, 1, 1])
     for layer in range(kv.n_layers):
-        batch.layer(layer).update(batch.q_pos.cuda(), *(torch.randn(1, 2, 3, 16, device="cuda") for _ in range(2)))
+        batch.layer(layer).update(batch.context.positions.cuda(), *(torch.randn(1, 2, 3, 16, device="cuda") for _ in range(2)))
     q = torch.randn(3, 4, 16, device="cuda")
     for layer in range(kv.n_layers):
         # two float32 attentions (the Triton kernel's dots are IEEE float32): tolerances.attention_atol over every

@@ -23,7 +23,7 @@ with a pool of the same shapes, reuses the graphs already built; torch keeps at 
 function (``torch._dynamo.config.recompile_limit``) and runs the step uncompiled beyond.
 
 Per-step host cost. At these sizes a compiled step is about 1 ms, so what surrounds the graph
-matters as much as the graph: the step's integers go to the device in one ``torch.tensor`` call,
+matters as much as the graph: the step's integers go to the device in one ``torch.tensor`` call (``StepBuffers.fill``),
 and the generated wrapper is C++ (inductor's ``cpp_wrapper``: the Python wrapper spent about 0.2 ms
 a step on its size asserts, tensor views and allocations). Dynamo still checks its guards on every
 call (about 0.1 ms: the model's modules and parameters, the pool's tensors); they are kept.
@@ -41,8 +41,8 @@ import torch
 from torch import Tensor, nn
 
 from companion.cache import LayerCache
-from companion.inference.batch import GatherGroup, SeatBuffers
-from companion.inference.paged import PagedKVCache, PagePool
+from companion.inference.batch import GatherGroup, StepContext
+from companion.inference.paged import PagedKVCache, PagePool, SeatBuffers
 
 __all__ = ["CompiledDecode", "compile_unavailable", "compile_unsupported"]
 
@@ -138,13 +138,12 @@ def _step_function():
 
 
 class CompiledDecode:
-    """The engine's compiled decode step over ``kv``'s pool: ``__call__(caches, tokens)`` feeds
-    ``tokens[b]`` to sequence ``caches[b]`` (one token each) and returns the logits (B, V). Raises
+    """The engine's compiled decode step over ``kv``'s pool: ``__call__(context)`` feeds each
+    sequence of a decode step's ``StepContext`` its one token and returns the logits (B, V). Raises
     ValueError (naming ``compile``) when compile cannot run here or cannot serve the model.
 
-    The bookkeeping outside the graph is a few integers per sequence: the slot of its new token
-    (``page_slots``' formula for one position), its seat (``SeatBuffers``: taken, and filled from the
-    pages, on its first step) and the seat row. The seat buffers are sized once for as many full
+    The bookkeeping outside the graph (pages, seats, slots, seat rows) is the context's, filled by the
+    runner for every step, compiled or not. The seat buffers are sized once for as many full
     contexts as the pool holds (their shapes are part of the graph: growing them would recompile)."""
 
     def __init__(self, model: nn.Module, kv: PagedKVCache):
@@ -161,29 +160,20 @@ class CompiledDecode:
         context = model.config.context_length
         kv.seats.reserve(max(1, kv.n_pages * kv.page_size // context), context)
 
-    def __call__(self, caches, tokens: list[int]) -> Tensor:
-        kv, p, seats = self.kv, self.kv.page_size, self.kv.seats
-        for cache in caches:  # eager bookkeeping: pages reserved (a no-op when the scheduler already did)
-            kv.manager.prepare_write(cache.table, cache.length, cache.length + 1)
-            if cache.seat is None:
-                seats.acquire(cache)
-        seats.reserve(seats.n_seats, max(cache.length for cache in caches) + 1)  # no-op once sized
-        for cache in caches:
-            seats.fill(kv.pool, cache)
-        lengths = [cache.length for cache in caches]
-        seat_list = [cache.seat for cache in caches]
-        slots = [cache.table[n // p] * p + n % p for cache, n in zip(caches, lengths)]
-        rows = [s * seats.capacity + n for s, n in zip(seat_list, lengths)]
-        # one host-to-tensor copy for the tokens, positions, seats, slots and seat rows
-        ids_index = torch.tensor([tokens, lengths, seat_list, slots, rows], dtype=torch.long, device=kv.pool.device)
+    def __call__(self, context: StepContext) -> Tensor:
+        """Logits (B, V) of a decode step whose context the runner filled (``StepBuffers.fill``: pages
+        reserved, seats taken and filled, slots and seat rows computed): nothing is derived here."""
+        kv, seats = self.kv, self.kv.seats
+        # the graph's inputs: the context's tokens, positions, seats, slots and seat rows as one (5, B)
+        ids_index = torch.stack((context.input_ids, context.positions, context.seats, context.slot_mapping, context.seat_rows))
         ids, index = ids_index[:1], ids_index[1:]
-        seat_pos = GatherGroup.at_seats(index[1], index[0].view(-1, 1), max(seat_list) + 1)
-        key_pos = torch.arange(max(lengths) + 1, device=kv.pool.device)
+        seat_pos = GatherGroup.at_seats(index[1], index[0].view(-1, 1), max(seq.seat for seq in context.caches) + 1)
+        key_pos = torch.arange(max(context.ends), device=kv.pool.device)
         # B, n and L are symbols from the first compile on (the pool's, the seats' and the weights'
         # shapes stay static); "maybe": B = 1 may still be specialised (a second graph)
         for t, dim in ((ids, 1), (index, 1), (seat_pos, 0), (key_pos, 0)):
             torch._dynamo.maybe_mark_dynamic(t, dim)
         logits = self.step(self.model, kv.pool, seats, ids, index, seat_pos, key_pos)
-        for cache in caches:  # every layer has written, pages and seats
+        for cache in context.caches:  # every layer has written, pages and seats
             cache.advance(1, seat_written=True)
         return logits

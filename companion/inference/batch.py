@@ -1,153 +1,194 @@
-"""A packed batch over the page pool, and how attention reads it (chapter 12): the engine's decode
-read path ends here.
+"""One step of the engine, as attention reads it (chapter 12): the step's metadata in one object,
+the packed batch over the page pool, and its read of K and V. The decode path ends here.
 
-The read, step by step (the files a reader opens from ``Engine.step``):
+The read, file by file, from ``Engine.step`` (four files, one direction):
 1. ``companion.engine.engine``: ``Engine.step`` schedules (sequence, n tokens) pairs and calls
-   ``companion.engine.runner.Runner.run``, which calls ``packed_forward`` (this module): the new
-   tokens of every sequence laid end to end in one (1, N) row, packed (``PagedKVCache.pack`` ->
-   ``PagedBatch``: pages reserved, slot and seat indices computed once for all layers), and one
-   forward of the model with ``cache=batch``; the model's forward (``companion.models``) hands
-   layer i its view, ``batch.layer(i)``.
-2. ``companion.mha``: the attention layer projects q, k, v for the new rows, rotates them (RoPE), and,
-   being plain causal attention (``cache_attends``, decided when the layer was built), hands them to
-   its cache view: ``view.attend(q, k, v, positions, window=...)``.
-3. This module: ``PagedBatchLayerView.attend`` writes k, v into the pages (``PagePool.write_slots``)
-   and into the sequences' seats (``SeatBuffers.write``), then ``PagedBatch.paged_attention`` reads
-   them back by the pool's ``attention_kernel``. With "gather" (the CPU default) each ``GatherGroup``
-   (the decoding sequences, then the prefilling ones) runs torch's SDPA over the seat buffers: the
-   K/V read of a decode step is ``GatherGroup.sdpa``, a view of the seats, no copy.
+   ``Runner.run``.
+2. ``companion.engine.runner``: ``Runner.run`` fills the step's ``StepContext`` (this module) in its
+   static ``StepBuffers``: token ids, positions, slot mapping, block tables, context lengths, seats,
+   built once for every layer and every attention path; then one forward of the model over the
+   packed (1, N) row with ``cache=PagedBatch(kv, context)``. (The model's forward, in
+   ``companion.models``, only hands layer i the view ``batch.layer(i)``.)
+3. ``companion.mha``: the attention layer projects q, k, v for the new rows, rotates them (RoPE) and,
+   being plain causal attention (``cache_attends``, chosen when the layer was built), hands them to
+   the view: ``view.attend(q, k, v, positions, window=...)``.
+4. This module: ``PagedBatchLayerView.attend`` writes k, v to the pages (``PagePool.write_slots`` at
+   ``context.slot_mapping``) and to the seats (``SeatBuffers.write`` at ``context.seat_rows``), then
+   ``PagedBatch.paged_attention`` reads them back by the pool's ``attention_kernel``. With "gather"
+   (the CPU default) the K/V read of a decode step is ``GatherGroup.sdpa``: a view of the seats.
 
 What this module provides
-- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
-- ``SeatBuffers``: each running sequence's K/V in one row (seat) of dense per-layer buffers.
+- ``StepContext``: one step's metadata; ``StepBuffers``: the preallocated tensors it lives in, sized
+  for the largest batch bucket (``bucket_sizes``), refilled every step at the same addresses.
 - ``GatherGroup``: sequences attended as one padded batch over their seats.
 - ``PagedBatch``: several sequences of one pool in one forward; ``PagedBatchLayerView``, its
   ``LayerCache`` view of one layer.
-- ``PAGED_KERNELS``: the ways a batch reads its keys ("gather", "reference", "triton", "flex").
-The pages themselves (pool, block tables, prefix sharing) are ``companion.inference.paged``.
+The pages themselves (pool, block tables, prefix sharing, seats) are ``companion.inference.paged``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from companion.cache import LayerCache, PackedBatchCache
+from companion.cache import LayerCache
+from companion.inference.paged import PAGED_KERNELS, PagedKVCache, PagedSequenceCache, SeatBuffers
 from companion.kernels.paged_flex import flex_attention, flex_block_mask, flex_logical_pages, paged_flex_mask_mod
 from companion.kernels.paged_reference import page_slots, paged_attention_reference
 
-__all__ = ["packed_forward", "SeatBuffers", "GatherGroup", "PagedBatch", "PagedBatchLayerView", "PAGED_KERNELS"]
-
-PAGED_KERNELS = ("gather", "reference", "triton", "flex")
-
-
-def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence[int]]) -> Tensor:
-    """Feed chunks[b] (new tokens of sequence b, at positions caches[b].length ...) through the model
-    in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
-    positions = torch.tensor([j for c, ch in zip(caches, chunks) for j in range(c.length, c.length + len(ch))], dtype=torch.long, device=device)
-    lengths = [len(c) for c in chunks]
-    owner = getattr(caches[0], "owner", None)
-    if owner is not None and all(getattr(c, "owner", None) is owner for c in caches):
-        cache = owner.pack(caches, lengths)  # one pool's sequences: a PagedBatch
-    else:
-        cache = PackedBatchCache(caches, lengths)  # any other caches, one view per sequence
-    logits = model(ids, cache=cache, positions=positions)[0]  # (N, V)
-    if len(lengths) == ids.shape[1]:  # one token each (decoding): every row is a last row
-        return logits
-    last = torch.tensor(lengths).cumsum(0) - 1
-    return logits[last.to(device)]
+__all__ = ["StepContext", "StepBuffers", "bucket_sizes", "SeatBuffers", "GatherGroup", "PagedBatch",
+           "PagedBatchLayerView", "PAGED_KERNELS"]
 
 
-class SeatBuffers:
-    """The running sequences' K/V kept readable for attention without a gather (the "gather" kernel).
+def bucket_sizes(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit`` (the last bucket is ``limit`` itself): the sizes a step's batch
+    is padded up to, so that a step has one of O(log limit) shapes (what a CUDA graph is captured for)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1; got {limit!r}")
+    sizes = [1]
+    while sizes[-1] < limit:
+        sizes.append(min(2 * sizes[-1], limit))
+    return sizes
 
-    A seat is one row of dense buffers ``k[l], v[l]`` of shape (n_seats, capacity, g, d): while a
-    sequence runs it holds a seat, and seat row j holds its token j as the pages do (dequantised
-    when the pool is quantised). Every layer writes its new K/V twice, to its pages (the store of
-    record: allocation, prefix sharing, copy-on-write and preemption work on pages) and to the seat;
-    attention then reads the seats in place, so a decode step copies its new rows, never a whole
-    prefix. Rows come from the pages only when a seat is taken (a shared prefix mapped from the pool,
-    or a sequence whose pages were written by another path): ``fill`` copies the rows the seat lacks.
-    Seats stay dense: the running sequences hold seats 0..n_held-1, and a sequence that leaves hands
-    its seat to the holder of the last one, whose rows move there (one sequence copied, once), so a
-    decode batch never attends over empty seats.
 
-    The cost is memory: n_seats x capacity rows per layer besides the pages, one padded batch of the
-    running sequences (seats: as many as ran at once; capacity: the longest of them). Both grow by
-    doubling when a batch needs more (a copy of what is there, amortised) and never shrink; the
-    compiled decode step sizes them once, for the pool's worth of full contexts (its graph has their
-    shapes). Pages stay the unit of allocation: what max-length reservation would waste is bounded
-    here by the longest running sequence, not by the context. A GPU reads the pages directly
-    (``attention_kernel="triton"`` or "flex") and keeps no seats."""
+def _bucket(n: int, sizes: list[int]) -> int:
+    return next(b for b in sizes if b >= n)
 
-    def __init__(self, token_shapes: list[list[tuple[int, ...]]], dtype: torch.dtype, device: torch.device):
-        self.token_shapes, self.dtype, self.device = token_shapes, dtype, device
-        self.k: list[Tensor] = []
-        self.v: list[Tensor] = []
-        self.n_seats, self.capacity = 0, 0
-        self.holders: list = []  # holders[s]: the sequence in seat s; seats 0..len(holders)-1 are held
 
-    def acquire(self, seq) -> None:
-        """Seat ``seq`` (a ``PagedSequenceCache``) in the next seat, empty (the buffers grow when full)."""
-        if len(self.holders) == self.n_seats:
-            self.reserve(max(1, 2 * self.n_seats), self.capacity)
-        seq.seat, seq.seat_rows = len(self.holders), 0
-        self.holders.append(seq)
+# the padding of the rows past a step's real ones: read nothing, written nowhere (negative = none,
+# as a write kernel that skips slot < 0 reads it), belonging to no sequence
+ROW_PAD = {"input_ids": 0, "positions": 0, "slot_mapping": -1, "row_seq": -1, "seat_rows": -1}
+SEQ_PAD = {"context_lens": 0, "seats": -1}
 
-    def release(self, seq) -> None:
-        """``seq`` leaves its seat; the holder of the last seat moves into it (rows and all)."""
-        seat, last = seq.seat, self.holders.pop()
-        if last is not seq:
-            for buffer in (*self.k, *self.v):
-                buffer[seat, : last.seat_rows] = buffer[last.seat, : last.seat_rows]
-            last.seat = seat
-            self.holders[seat] = last
-        seq.seat, seq.seat_rows = None, 0
 
-    def reserve(self, n_seats: int, capacity: int) -> None:
-        """Make room for seats 0..n_seats-1 and rows 0..capacity-1 (growing by doubling, zeros:
-        rows past a sequence's end are masked, but must be finite, since 0 * NaN is NaN)."""
-        if n_seats <= self.n_seats and capacity <= self.capacity:
-            return
-        S = max(n_seats, self.n_seats if n_seats <= self.n_seats else 2 * self.n_seats)
-        C = max(capacity, self.capacity if capacity <= self.capacity else 2 * self.capacity)
-        # ordinary tensors even under inference_mode (the engine's forward), so that a seat can
-        # also change hands outside it (``release``, when the scheduler retires a sequence)
-        with torch.inference_mode(False):
-            for buffers, which in ((self.k, 0), (self.v, 1)):
-                for layer, shapes in enumerate(self.token_shapes):
-                    grown = torch.zeros(S, C, *shapes[which], dtype=self.dtype, device=self.device)
-                    if layer < len(buffers):
-                        grown[: self.n_seats, : self.capacity] = buffers[layer]
-                        buffers[layer] = grown
-                    else:
-                        buffers.append(grown)
-        self.n_seats, self.capacity = S, C
+@dataclass
+class StepContext:
+    """The metadata of one step, built once (``StepBuffers.fill``) and read by every attention path:
+    "gather" (seats), "reference" and "triton" (block tables), "flex" (its block mask) and the packed
+    path (slots of every stored row). Tensors are views of the step buffers: the first N (rows) or
+    B (sequences) entries; ``padded(name)`` gives the same buffer at the bucket size.
 
-    def write(self, layer: int, flat_rows: Tensor, k: Tensor, v: Tensor) -> None:
-        """k, v (N, g, d) into flat rows seat * capacity + position: one index_copy_ each."""
-        for buffer, rows in ((self.k[layer], k), (self.v[layer], v)):
-            buffer.view(-1, *buffer.shape[2:]).index_copy_(0, flat_rows, rows)
+    Rows (N = the new tokens of the step, the packed (1, N) input, sequence by sequence):
+        input_ids (N,), positions (N,) absolute positions, slot_mapping (N,) the flat pool slot
+        page * p + offset each row's K/V go to, row_seq (N,) its sequence b, seat_rows (N,) its flat
+        row seat * capacity + position in the seat buffers ("gather" only, else -1).
+    Sequences (B):
+        block_tables (B, W) physical pages, padded with page 0 (never read: keys past a sequence's
+        end are masked; W = the longest table of the step), context_lens (B,) tokens stored after
+        this step (the keys its rows may read), seats (B,) ("gather" only, else -1).
+    Host copies, for the Python-side layout: ``caches``, ``new_lengths``, ``ends`` (context_lens as
+    ints), ``tables`` (block tables as lists)."""
 
-    def fill(self, pool: "PagePool", seq: "PagedSequenceCache") -> None:
-        """Copy the rows seq's seat lacks (seat_rows .. length) from its pages, every layer."""
-        start, end, p = seq.seat_rows, seq.length, pool.page_size
-        if start < end:
-            slots = page_slots(torch.tensor(seq.table, dtype=torch.long), p)[start:end].to(pool.device)
-            rows = seq.seat * self.capacity + torch.arange(start, end, device=pool.device)
-            for layer in range(len(self.k)):
-                k, v = (pool.read_slots(layer, i, slots, self.dtype) for i in (0, 1))
-                self.write(layer, rows, k, v)
-        seq.seat_rows = end
+    input_ids: Tensor
+    positions: Tensor
+    slot_mapping: Tensor
+    row_seq: Tensor
+    seat_rows: Tensor
+    block_tables: Tensor
+    context_lens: Tensor
+    seats: Tensor
+    caches: list
+    new_lengths: list[int]
+    ends: list[int]
+    tables: list[list[int]]
+    buffers: "StepBuffers"
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+    @property
+    def decoding(self) -> bool:
+        """Every sequence feeds one token (a decode step)."""
+        return len(self.new_lengths) == self.input_ids.shape[0]
+
+    def padded(self, name: str) -> Tensor:
+        """Field ``name`` at the step's bucket size: the real entries, then inert padding."""
+        buf = self.buffers
+        if name in ROW_PAD:
+            return buf.rows[list(ROW_PAD).index(name), : _bucket(len(self.positions), buf.token_buckets)]
+        B = _bucket(len(self.ends), buf.seq_buckets)
+        if name == "block_tables":
+            return buf.block_tables[:B]
+        return buf.seqs[list(SEQ_PAD).index(name), :B]
+
+    def last_rows(self, logits: Tensor) -> Tensor:
+        """(N, V) logits of every row -> (B, V) those of each sequence's last row."""
+        if self.decoding:
+            return logits
+        last = torch.tensor(self.new_lengths).cumsum(0) - 1
+        return logits[last.to(logits.device)]
+
+
+class StepBuffers:
+    """The static tensors a ``StepContext`` lives in, allocated once for the largest bucket:
+    ``max_tokens`` rows, ``max_seqs`` sequences, ``max_pages`` pages a block table. Every ``fill``
+    writes the same tensors (their addresses never change), pads the rows up to the step's bucket
+    with inert values (``ROW_PAD``, ``SEQ_PAD``) and returns views of the real ones: the eager
+    forward runs only the real rows; a captured graph would run the bucket (``StepContext.padded``)."""
+
+    def __init__(self, max_tokens: int, max_seqs: int, max_pages: int, device: torch.device | str = "cpu"):
+        self.token_buckets, self.seq_buckets = bucket_sizes(max_tokens), bucket_sizes(max_seqs)
+        self.max_pages = max_pages
+        long = dict(dtype=torch.long, device=device)
+        self._row_pad = torch.tensor(list(ROW_PAD.values()), **long)[:, None].expand(-1, max_tokens).contiguous()
+        self._seq_pad = torch.tensor(list(SEQ_PAD.values()), **long)[:, None].expand(-1, max_seqs).contiguous()
+        self.rows = self._row_pad.clone()  # (5, max_tokens): the ROW_PAD fields, in that order
+        self.seqs = self._seq_pad.clone()  # (2, max_seqs): the SEQ_PAD fields
+        self.block_tables = torch.zeros(max_seqs, max_pages, **long)
+
+    @classmethod
+    def for_pool(cls, kv: PagedKVCache, max_tokens: int, max_seqs: int, context: int) -> StepBuffers:
+        """Buffers for steps of at most ``max_tokens`` rows and ``max_seqs`` sequences of ``context`` tokens."""
+        return cls(max_tokens, max_seqs, -(-context // kv.page_size), kv.pool.device)
+
+    def fill(self, kv: PagedKVCache, caches: Sequence[PagedSequenceCache], new_lengths: Sequence[int],
+             chunks: Sequence[Sequence[int]]) -> StepContext:
+        """Reserve the pages (and seats) of a step that feeds ``chunks[b]`` (``new_lengths[b]`` tokens)
+        to sequence ``caches[b]``, and write its metadata into the buffers: all of a step's host work
+        before the forward, done once for every layer and path."""
+        B, N = len(caches), sum(new_lengths)
+        if B > self.seq_buckets[-1] or N > self.token_buckets[-1]:
+            raise ValueError(f"a step of {B} sequences, {N} rows exceeds the buffers' {self.seq_buckets[-1]}, {self.token_buckets[-1]}")
+        p, seats = kv.page_size, kv.seats
+        for seq, n in zip(caches, new_lengths):  # all allocation happens here, before any layer writes
+            kv.manager.prepare_write(seq.table, seq.length, seq.length + n)
+        ends = [seq.length + n for seq, n in zip(caches, new_lengths)]
+        if seats is not None:  # every sequence in a seat that holds its rows so far
+            for seq in caches:
+                if seq.seat is None:
+                    seats.acquire(seq)
+            seats.reserve(seats.n_seats, max(ends))
+            for seq in caches:
+                seats.fill(kv.pool, seq)
+        rows: list[list[int]] = [[], [], [], [], []]  # ROW_PAD's fields
+        ids, pos, slot, owner, seat_row = rows
+        for b, (seq, n, chunk) in enumerate(zip(caches, new_lengths, chunks)):
+            table, cap = seq.table, seats.capacity if seats is not None else 0
+            ids.extend(chunk)
+            for j in range(seq.length, seq.length + n):
+                pos.append(j)
+                slot.append(table[j // p] * p + j % p)
+                owner.append(b)
+                seat_row.append(seq.seat * cap + j if seats is not None else -1)
+        tables = [seq.table for seq in caches]
+        W = max(len(t) for t in tables)
+        if W > self.max_pages:
+            raise ValueError(f"a block table of {W} pages exceeds the buffers' max_pages={self.max_pages}")
+        seat_list = [seq.seat for seq in caches] if seats is not None else [-1] * B
+        Nb, Bb = _bucket(N, self.token_buckets), _bucket(B, self.seq_buckets)
+        self.rows[:, :N] = torch.tensor(rows, dtype=torch.long)
+        self.rows[:, N:Nb] = self._row_pad[:, : Nb - N]
+        self.seqs[:, :B] = torch.tensor([ends, seat_list], dtype=torch.long)
+        self.seqs[:, B:Bb] = self._seq_pad[:, : Bb - B]
+        self.block_tables[:Bb].zero_()
+        self.block_tables[:B, :W] = torch.tensor([t + [0] * (W - len(t)) for t in tables], dtype=torch.long)
+        r = self.rows
+        return StepContext(
+            r[0, :N], r[1, :N], r[2, :N], r[3, :N], r[4, :N], self.block_tables[:B, :W], self.seqs[0, :B],
+            self.seqs[1, :B], list(caches), list(new_lengths), ends, [list(t) for t in tables], self,
+        )
 
 
 class GatherGroup:
@@ -219,9 +260,9 @@ class GatherGroup:
 
 
 class PagedBatch:
-    """Several sequences of one pool in one packed forward, with the bookkeeping done once for all
-    layers. Pages are reserved (and copied on write) up front; the new rows of every layer are then
-    written with one scatter through their flat slot index page * p + slot.
+    """Several sequences of one pool in one packed forward, read through one ``StepContext`` (the
+    pages were reserved, and copied on write, when it was filled); the new rows of every layer are
+    written with one scatter through ``context.slot_mapping``.
 
     Reading them back for attention, by ``attention_kernel`` (the pool's choice, see ``PagedKVCache``):
     - "gather" (fast on a CPU): sequences are attended per sequence, not packed: one padded batch of
@@ -234,73 +275,70 @@ class PagedBatch:
       BlockMask from ``paged_flex_mask_mod`` (see there); on CUDA it is compiled into one fused kernel
       that skips the pool blocks no query may read; on a CPU the unfused (dense) reference runs.
     - "reference" / "triton": ``paged_attention_reference`` / ``companion.kernels.triton_paged.paged_attention``
-      over the packed query rows and the block tables (the Triton kernel reads K/V from the pages).
+      over the packed query rows and the context's block tables (the Triton kernel reads K/V from the pages).
     - None: the layers call ``update`` and attend over all sequences' keys laid end to end, with the
       (N, S) block mask ``same_sequence`` (the packed layout of ``companion.cache.PackedBatchCache``);
       MLA layers and layers with sinks, ALiBi or kept tokens always take this path.
+
+    ``PagedBatch(owner, context)``, or ``PagedBatch(owner, seqs, new_lengths)`` to fill a context of
+    its own (buffers of this batch's size; the chunks' token ids are not needed and left 0).
     """
 
     length = 0  # the model's forward is always given the rows' positions
 
-    def __init__(self, owner: PagedKVCache, seqs: Sequence[PagedSequenceCache], new_lengths: Sequence[int]):
-        p = owner.page_size
-        for seq, n in zip(seqs, new_lengths):  # all allocation happens here, before any layer writes
-            owner.manager.prepare_write(seq.table, seq.length, seq.length + n)
-        self.owner, self.seqs, self.new_lengths = owner, list(seqs), list(new_lengths)
-        device = owner.pool.device
-        starts = [seq.length for seq in seqs]
-        ends = [s + n for s, n in zip(starts, new_lengths)]
-        B = len(self.seqs)
-        # the block tables, padded with page 0 (never read: every key past a sequence's end is masked)
-        width = max([len(seq.table) for seq in seqs] + [1])
-        self.block_tables = torch.tensor([seq.table + [0] * (width - len(seq.table)) for seq in seqs], dtype=torch.long).view(B, width)
-        self.seq_lens = torch.tensor(ends, dtype=torch.long)
-        self.q_seq = torch.tensor([b for b, n in enumerate(new_lengths) for _ in range(n)], dtype=torch.long)
-        self.q_pos = torch.tensor([j for s, e in zip(starts, ends) for j in range(s, e)], dtype=torch.long)
-        # flat slot of logical position j of sequence b, all j the tables cover (B, width * p)
-        self._all_slots = page_slots(self.block_tables, p).to(device)
-        self.write_slots = self._all_slots[self.q_seq.to(device), self.q_pos.to(device)]  # (N,)
+    def __init__(self, owner: PagedKVCache, context: StepContext | Sequence[PagedSequenceCache],
+                 new_lengths: Sequence[int] | None = None):
+        if not isinstance(context, StepContext):
+            seqs, n = list(context), list(new_lengths)
+            buffers = StepBuffers(max(1, sum(n)), len(seqs), max(len(s.table) for s in seqs) + max(n), owner.pool.device)
+            context = buffers.fill(owner, seqs, n, [[0] * k for k in n])
+        self.owner, self.context = owner, context
+        self.seqs, self.new_lengths = context.caches, context.new_lengths
         self.layers_done = 0
         self._groups: list[GatherGroup] | None = None
         self.seats = owner.seats if owner.attention_kernel == "gather" else None
-        if self.seats is not None:  # every sequence in a seat that holds its rows so far
-            for seq in self.seqs:
-                if seq.seat is None:
-                    self.seats.acquire(seq)
-            self.seats.reserve(self.seats.n_seats, max(ends + [1]))
-            for seq in self.seqs:
-                self.seats.fill(owner.pool, seq)
-            seat_of = torch.tensor([seq.seat for seq in self.seqs], dtype=torch.long, device=device)
-            self.seat_rows = seat_of[self.q_seq.to(device)] * self.seats.capacity + self.q_pos.to(device)  # (N,)
         self._flex_masks: dict = {}
 
     # the packed layout (update path) ------------------------------------------------------------------
     @cached_property
+    def _all_slots(self) -> Tensor:
+        """(B, W * p): flat slot of logical position j of sequence b, every j the tables cover."""
+        return page_slots(self.context.block_tables, self.owner.page_size)
+
+    @cached_property
     def read_slots(self) -> Tensor:
         """(S,) flat slots of every stored row of every sequence, laid end to end (S = sum of lengths)."""
-        return torch.cat([self._all_slots[b, :n] for b, n in enumerate(self.seq_lens.tolist())])
+        return torch.cat([self._all_slots[b, :n] for b, n in enumerate(self.context.ends)])
 
     @cached_property
     def key_positions(self) -> Tensor:
-        return torch.cat([torch.arange(n) for n in self.seq_lens.tolist()]).to(self.owner.pool.device)
+        return torch.cat([torch.arange(n) for n in self.context.ends]).to(self.owner.pool.device)
 
     @cached_property
     def same_sequence(self) -> Tensor:
         """(N, S): query row n and key row s belong to the same sequence."""
-        k_seg = torch.repeat_interleave(torch.arange(len(self.seqs)), self.seq_lens)
-        return (self.q_seq[:, None] == k_seg[None, :]).to(self.owner.pool.device)
+        ctx = self.context
+        k_seg = torch.repeat_interleave(torch.arange(len(ctx.ends), device=ctx.context_lens.device), ctx.context_lens)
+        return ctx.row_seq[:, None] == k_seg[None, :]
 
     # the gather path --------------------------------------------------------------------------------
     def groups(self) -> list[GatherGroup]:
         """The decoding sequences (one new row) as one padded batch, the prefilling ones as another."""
         if self._groups is None:
             self._groups = []
-            device = self.owner.pool.device
-            lens = self.new_lengths
-            ends = self.seq_lens.tolist()
+            ctx = self.context
+            device = ctx.positions.device
+            lens, ends = ctx.new_lengths, ctx.ends
+            seat_list = [seq.seat for seq in self.seqs]
+            if ctx.decoding:  # every row, one per sequence, in packed order: the context's own tensors
+                B = len(lens)
+                seat_pos = None if seat_list == list(range(B)) else GatherGroup.at_seats(ctx.seats, ctx.positions.view(B, 1), max(seat_list) + 1)
+                self._groups.append(GatherGroup(ctx.seats, None, ctx.positions.view(B, 1), None, None, B, 1, max(ends), seat_pos))
+                return self._groups
             first = [0]
             for n in lens:
                 first.append(first[-1] + n)
+            as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
             for members in ([b for b, n in enumerate(lens) if n == 1], [b for b, n in enumerate(lens) if n > 1]):
                 if not members:
                     continue
@@ -308,21 +346,15 @@ class PagedBatch:
                 L = max(ends[b] for b in members)
                 # padded query t of sequence b repeats its last row: a real position, so no softmax row is empty
                 rows = [[first[b] + min(t, lens[b] - 1) for t in range(T)] for b in members]
-                q_pos = [[ends[b] - lens[b] + min(t, lens[b] - 1) for t in range(T)] for b in members]
+                q_pos = as_tensor([[ends[b] - lens[b] + min(t, lens[b] - 1) for t in range(T)] for b in members])
                 real = [i * T + t for i, b in enumerate(members) for t in range(lens[b])]
                 dest = [first[b] + t for b in members for t in range(lens[b])]
-                in_order = T == 1 and B == len(lens)  # every row, one per sequence, in packed order
-                as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-                seat_list = [self.seqs[b].seat for b in members]
-                seats, q_pos = as_tensor(seat_list), as_tensor(q_pos)
+                seats = as_tensor([seat_list[b] for b in members])
                 # decoding members not at seats 0..B-1 in order: attend at the seats (see GatherGroup)
                 seat_pos = None
-                if T == 1 and seat_list != list(range(B)):
-                    seat_pos = GatherGroup.at_seats(seats, q_pos, max(seat_list) + 1)
-                self._groups.append(GatherGroup(
-                    seats, None if in_order else as_tensor(rows), q_pos,
-                    None if in_order else as_tensor(real), None if in_order else as_tensor(dest), B, T, L, seat_pos,
-                ))
+                if T == 1 and [seat_list[b] for b in members] != list(range(B)):
+                    seat_pos = GatherGroup.at_seats(seats, q_pos, max(seat_list[b] for b in members) + 1)
+                self._groups.append(GatherGroup(seats, as_tensor(rows), q_pos, as_tensor(real), as_tensor(dest), B, T, L, seat_pos))
         return self._groups
 
     def group_keys(self, layer: int, dtype: torch.dtype) -> list[tuple[GatherGroup, Tensor, Tensor]]:
@@ -364,7 +396,8 @@ class PagedBatch:
         if pool.bits is not None:
             raise ValueError(f"kernel={kernel!r} reads float pages; this pool stores bits={pool.bits} (use kernel='gather' or the layer views)")
         k_pages, v_pages = pool.data[layer][0], pool.data[layer][1]
-        index = (self.block_tables, self.seq_lens, self.q_seq, self.q_pos)
+        ctx = self.context
+        index = (ctx.block_tables, ctx.context_lens, ctx.row_seq, ctx.positions)
         if kernel == "triton":  # reads the pool as it is: q must have the pool's dtype
             from companion.kernels.triton_paged import paged_attention
 
@@ -379,9 +412,10 @@ class PagedBatch:
         if window not in self._flex_masks:
             device = self.owner.pool.device
             pool = self.owner.pool.data[0][0]
-            logical = flex_logical_pages([seq.table for seq in self.seqs], pool.shape[0]).to(device)
-            mask_mod = paged_flex_mask_mod(self.q_seq.to(device), self.q_pos.to(device), logical, self.owner.page_size, window)
-            self._flex_masks[window] = flex_block_mask(mask_mod, self.q_seq.shape[0], pool.shape[0] * pool.shape[1], device)
+            ctx = self.context
+            logical = flex_logical_pages(ctx.tables, pool.shape[0]).to(device)
+            mask_mod = paged_flex_mask_mod(ctx.row_seq.to(device), ctx.positions.to(device), logical, self.owner.page_size, window)
+            self._flex_masks[window] = flex_block_mask(mask_mod, ctx.row_seq.shape[0], pool.shape[0] * pool.shape[1], device)
         return self._flex_masks[window]
 
     def _flex_attend(self, layer: int, q: Tensor, window: int | None, scale: float | None) -> Tensor:
@@ -417,14 +451,15 @@ class PagedBatchLayerView(LayerCache):
 
     def _store(self, positions: Tensor, rows: Sequence[Tensor]) -> None:
         batch, pool = self.batch, self.batch.owner.pool
-        if positions.shape[0] != batch.write_slots.shape[0]:
-            raise ValueError(f"this packed batch feeds {batch.write_slots.shape[0]} rows; got {positions.shape[0]}")
+        slots = batch.context.slot_mapping
+        if positions.shape[0] != slots.shape[0]:
+            raise ValueError(f"this packed batch feeds {slots.shape[0]} rows; got {positions.shape[0]}")
         seats = batch.seats
         read_dtype = None if seats is None else seats.dtype
-        stored = [pool.write_slots(self.layer_index, i, batch.write_slots, r[0].movedim(-2, 0), read_dtype)
+        stored = [pool.write_slots(self.layer_index, i, slots, r[0].movedim(-2, 0), read_dtype)
                   for i, r in enumerate(rows)]
         if seats is not None:  # the seats receive the same rows (as a read of the pages gives them)
-            seats.write(self.layer_index, batch.seat_rows, *stored)
+            seats.write(self.layer_index, batch.context.seat_rows, *stored)
 
     def update(self, positions: Tensor, *rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
         batch, pool = self.batch, self.batch.owner.pool

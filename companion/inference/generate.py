@@ -14,13 +14,12 @@ Three interchangeable cache modes, one loop:
 - "contiguous": per-sequence ``ModelCache``: prefill the prompt once, then one row per step.
 - "paged": per-sequence block tables over one page pool (``companion.inference.paged``), optionally int8/int4.
 With a cache, sequences of different lengths are batched without padding: their new rows are laid
-end to end in one (1, N) row with per-token absolute positions (``companion.inference.batch.packed_forward``).
+end to end in one (1, N) row with per-token absolute positions (``packed_forward``).
 
 What this module provides
 - ``SamplingParams`` (validated), ``filter_logits``, ``sample`` (``NonFiniteLogits``, a ValueError, for NaN or +inf logits).
 - ``context_length(model)``, ``check_prompts``, ``check_decoder`` (an encoder-decoder is refused).
-- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens
-  (defined in ``companion.inference.batch``).
+- ``packed_forward(model, caches, chunks)``: one forward over several sequences' new tokens.
 - ``finish_reason``: when a sequence stops (here and in the engine); ``is_int``.
 - ``stream(...)``: an iterator of per-step new tokens; ``generate(...)`` -> ``GenerationResult``.
 """
@@ -35,7 +34,8 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from companion.inference.batch import packed_forward
+from companion.cache import PackedBatchCache
+from companion.inference.batch import PagedBatch, StepBuffers
 from companion.inference.kvquant import BITS as KV_BITS
 from companion.inference.paged import PagedKVCache
 
@@ -274,6 +274,28 @@ class GenerationResult:
     logits: list[Tensor] | None = None  # per prompt (n_generated, V) raw logits, only with keep_logits=True
     kv_bytes: int = 0  # KV storage held at the end of prefill+decode (contiguous/paged)
     extra: dict = field(default_factory=dict)
+
+
+def packed_forward(model: nn.Module, caches: Sequence, chunks: Sequence[Sequence[int]]) -> Tensor:
+    """Feed chunks[b] (new tokens of sequence b, at positions caches[b].length ...) through the model
+    in ONE forward; returns the logits of each chunk's last token, (B, V). Caches are updated. The
+    sequences of one page pool go as a ``PagedBatch`` (the engine's step, with buffers of this batch's
+    size); any other caches as a ``PackedBatchCache``, one view per sequence."""
+    device = next(model.parameters()).device
+    lengths = [len(c) for c in chunks]
+    owner = getattr(caches[0], "owner", None)
+    if owner is not None and all(getattr(c, "owner", None) is owner for c in caches):
+        context = StepBuffers(max(1, sum(lengths)), len(caches), max(len(c.table) for c in caches) + max(lengths),
+                              owner.pool.device).fill(owner, caches, lengths, chunks)
+        logits = model(context.input_ids[None].to(device), cache=PagedBatch(owner, context), positions=context.positions.to(device))[0]
+        return context.last_rows(logits)
+    ids = torch.tensor([t for c in chunks for t in c], dtype=torch.long, device=device)[None]  # (1, N)
+    positions = torch.tensor([j for c, ch in zip(caches, chunks) for j in range(c.length, c.length + len(ch))], dtype=torch.long, device=device)
+    logits = model(ids, cache=PackedBatchCache(caches, lengths), positions=positions)[0]  # (N, V)
+    if len(lengths) == ids.shape[1]:  # one token each (decoding): every row is a last row
+        return logits
+    last = torch.tensor(lengths).cumsum(0) - 1
+    return logits[last.to(device)]
 
 
 def stream(

@@ -34,8 +34,11 @@ What this module provides (the pages; how attention reads them is ``companion.in
   block tables (bookkeeping only).
 - ``PagePool``: the storage tensors, optionally int8 / int4 quantised (``companion.inference.kvquant``).
 - ``PagedKVCache``: pool + manager (+ the "gather" kernel's ``SeatBuffers``);
-  ``new_sequence(tokens)`` -> ``PagedSequenceCache``; ``pack(seqs, new_lengths)`` -> a
-  ``companion.inference.batch.PagedBatch``, several sequences in one forward (what the engine runs).
+  ``new_sequence(tokens)`` -> ``PagedSequenceCache``. Several sequences in one forward (what the
+  engine runs) are ``companion.inference.batch.PagedBatch``, which imports this module (never the
+  other way round).
+- ``SeatBuffers``: each running sequence's K/V also in one row (seat) of dense per-layer buffers,
+  what the "gather" kernel reads; ``PAGED_KERNELS``: the ways a packed batch reads its keys.
 - ``PagedSequenceCache`` / ``PagedLayerView``: the ``LayerCache`` protocol over one block table
   (reference path: write through the table, gather the pages back, then ordinary attention).
 - ``PoolExhausted``: raised before anything is modified when the pool cannot serve a request.
@@ -54,7 +57,6 @@ import torch
 from torch import Tensor, nn
 
 from companion.cache import LayerCache
-from companion.inference.batch import PAGED_KERNELS, PagedBatch, SeatBuffers
 from companion.inference.block_manager import BlockManager, PoolExhausted
 from companion.inference.kvquant import BITS, dequantize, quantize
 from companion.kernels.paged_flex import flex_available
@@ -62,8 +64,11 @@ from companion.kernels.paged_reference import page_slots
 
 __all__ = [
     "kv_token_shapes", "BlockManager", "PagePool", "PagedKVCache", "PagedSequenceCache", "PagedLayerView", "PoolExhausted",
-    "model_namespace", "weights_version", "PAGED_KERNELS",
+    "model_namespace", "weights_version", "PAGED_KERNELS", "SeatBuffers",
 ]
+
+# The ways a packed batch's attention reads its keys (``companion.inference.batch.PagedBatch``).
+PAGED_KERNELS = ("gather", "reference", "triton", "flex")
 
 
 def kv_token_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
@@ -178,7 +183,7 @@ class PagedKVCache:
         n_pages, page_size: pool size in pages and p, the token slots per page.
         bits: None (store in ``dtype``), 8 or 4 (quantised, ``companion.inference.kvquant``).
         prefix_sharing: look up and register full pages by their hash chain.
-        attention_kernel: how the attention layers of a packed batch (``pack``) read the pages, one of
+        attention_kernel: how the attention layers of a packed batch (``companion.inference.batch.PagedBatch``) read the pages, one of
             ``PAGED_KERNELS`` or None; see ``PagedBatch``. "gather" (default) is the fast path on a
             CPU: it keeps the running sequences' K/V in ``SeatBuffers`` too (memory: one padded
             batch of them besides the pages); "triton" needs CUDA (or TRITON_INTERPRET=1) and float pages, as does "reference";
@@ -236,10 +241,6 @@ class PagedKVCache:
     @property
     def n_pages(self) -> int:
         return self.manager.n_pages
-
-    def pack(self, seqs: Sequence["PagedSequenceCache"], new_lengths: Sequence[int]) -> "PagedBatch":
-        """A packed forward over several of this pool's sequences (see ``PagedBatch``)."""
-        return PagedBatch(self, seqs, new_lengths)
 
     def new_sequence(self, tokens: Sequence[int] | None = None) -> "PagedSequenceCache":
         """An empty sequence cache; with ``tokens`` (and prefix sharing on) its leading full pages are
@@ -345,3 +346,89 @@ class PagedLayerView(LayerCache):
         if self.layer_index == len(seq) - 1:  # the last layer has written: the sequence now holds `end` tokens
             seq.advance(T)
         return torch.arange(end, device=device), out
+
+
+class SeatBuffers:
+    """The running sequences' K/V kept readable for attention without a gather (the "gather" kernel).
+
+    A seat is one row of dense buffers ``k[l], v[l]`` of shape (n_seats, capacity, g, d): while a
+    sequence runs it holds a seat, and seat row j holds its token j as the pages do (dequantised
+    when the pool is quantised). Every layer writes its new K/V twice, to its pages (the store of
+    record: allocation, prefix sharing, copy-on-write and preemption work on pages) and to the seat;
+    attention then reads the seats in place, so a decode step copies its new rows, never a whole
+    prefix. Rows come from the pages only when a seat is taken (a shared prefix mapped from the pool,
+    or a sequence whose pages were written by another path): ``fill`` copies the rows the seat lacks.
+    Seats stay dense: the running sequences hold seats 0..n_held-1, and a sequence that leaves hands
+    its seat to the holder of the last one, whose rows move there (one sequence copied, once), so a
+    decode batch never attends over empty seats.
+
+    The cost is memory: n_seats x capacity rows per layer besides the pages, one padded batch of the
+    running sequences (seats: as many as ran at once; capacity: the longest of them). Both grow by
+    doubling when a batch needs more (a copy of what is there, amortised) and never shrink; the
+    compiled decode step sizes them once, for the pool's worth of full contexts (its graph has their
+    shapes). Pages stay the unit of allocation: what max-length reservation would waste is bounded
+    here by the longest running sequence, not by the context. A GPU reads the pages directly
+    (``attention_kernel="triton"`` or "flex") and keeps no seats."""
+
+    def __init__(self, token_shapes: list[list[tuple[int, ...]]], dtype: torch.dtype, device: torch.device):
+        self.token_shapes, self.dtype, self.device = token_shapes, dtype, device
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+        self.n_seats, self.capacity = 0, 0
+        self.holders: list = []  # holders[s]: the sequence in seat s; seats 0..len(holders)-1 are held
+
+    def acquire(self, seq) -> None:
+        """Seat ``seq`` (a ``PagedSequenceCache``) in the next seat, empty (the buffers grow when full)."""
+        if len(self.holders) == self.n_seats:
+            self.reserve(max(1, 2 * self.n_seats), self.capacity)
+        seq.seat, seq.seat_rows = len(self.holders), 0
+        self.holders.append(seq)
+
+    def release(self, seq) -> None:
+        """``seq`` leaves its seat; the holder of the last seat moves into it (rows and all)."""
+        seat, last = seq.seat, self.holders.pop()
+        if last is not seq:
+            for buffer in (*self.k, *self.v):
+                buffer[seat, : last.seat_rows] = buffer[last.seat, : last.seat_rows]
+            last.seat = seat
+            self.holders[seat] = last
+        seq.seat, seq.seat_rows = None, 0
+
+    def reserve(self, n_seats: int, capacity: int) -> None:
+        """Make room for seats 0..n_seats-1 and rows 0..capacity-1 (growing by doubling, zeros:
+        rows past a sequence's end are masked, but must be finite, since 0 * NaN is NaN)."""
+        if n_seats <= self.n_seats and capacity <= self.capacity:
+            return
+        S = max(n_seats, self.n_seats if n_seats <= self.n_seats else 2 * self.n_seats)
+        C = max(capacity, self.capacity if capacity <= self.capacity else 2 * self.capacity)
+        # ordinary tensors even under inference_mode (the engine's forward), so that a seat can
+        # also change hands outside it (``release``, when the scheduler retires a sequence)
+        with torch.inference_mode(False):
+            for buffers, which in ((self.k, 0), (self.v, 1)):
+                for layer, shapes in enumerate(self.token_shapes):
+                    grown = torch.zeros(S, C, *shapes[which], dtype=self.dtype, device=self.device)
+                    if layer < len(buffers):
+                        grown[: self.n_seats, : self.capacity] = buffers[layer]
+                        buffers[layer] = grown
+                    else:
+                        buffers.append(grown)
+        self.n_seats, self.capacity = S, C
+
+    def write(self, layer: int, flat_rows: Tensor, k: Tensor, v: Tensor) -> None:
+        """k, v (N, g, d) into flat rows seat * capacity + position: one index_copy_ each."""
+        for buffer, rows in ((self.k[layer], k), (self.v[layer], v)):
+            buffer.view(-1, *buffer.shape[2:]).index_copy_(0, flat_rows, rows)
+
+    def fill(self, pool: PagePool, seq: PagedSequenceCache) -> None:
+        """Copy the rows seq's seat lacks (seat_rows .. length) from its pages, every layer."""
+        start, end, p = seq.seat_rows, seq.length, pool.page_size
+        if start < end:
+            slots = page_slots(torch.tensor(seq.table, dtype=torch.long), p)[start:end].to(pool.device)
+            rows = seq.seat * self.capacity + torch.arange(start, end, device=pool.device)
+            for layer in range(len(self.k)):
+                k, v = (pool.read_slots(layer, i, slots, self.dtype) for i in (0, 1))
+                self.write(layer, rows, k, v)
+        seq.seat_rows = end
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))

@@ -37,7 +37,7 @@ from companion.kernels.attend import BACKENDS
 from companion.blocks import PLACEMENTS, Block
 from companion.cache import ModelCache
 from companion.feedforward import FFNS, GATED_FFNS, make_ffn, swiglu_hidden
-from companion.mha import MultiHeadAttention, check_heads
+from companion.mha import AttentionVariant, MultiHeadAttention, check_heads
 from companion.mla import MultiHeadLatentAttention
 from companion.moe import ROUTERS, MoE
 from companion.norms import NORMS, make_norm
@@ -323,13 +323,15 @@ class Decoder(nn.Module):
             )
         else:
             window = c.layer_windows()[i]
-            attn = MultiHeadAttention(
-                c.d_model, c.n_heads, c.kv_heads, c.head_dim, bias=c.attn_bias, window=window,
-                keep=c.keep if window is not None else 0, sinks=c.sinks,
-                rope=self._rope(i) if c.position == "rope" else None, alibi=c.position == "alibi",
-                backend=c.backend, dropout=c.dropout, out_bias=c.attn_out_bias, qk_norm=c.qk_norm,
-                qk_norm_eps=c.norm_eps, qk_norm_offset=c.norm_offset,
+            variant = AttentionVariant(
+                window=window, keep=c.keep if window is not None else 0, sinks=c.sinks, alibi=c.position == "alibi",
+                qk_norm=c.qk_norm, qk_norm_eps=c.norm_eps, qk_norm_offset=c.norm_offset,
                 scale=c.query_pre_attn_scalar ** -0.5 if c.query_pre_attn_scalar else None, softcap=c.attn_softcap,
+            )
+            attn = MultiHeadAttention(
+                c.d_model, c.n_heads, c.kv_heads, c.head_dim, bias=c.attn_bias, out_bias=c.attn_out_bias,
+                rope=self._rope(i) if c.position == "rope" else None, backend=c.backend, dropout=c.dropout,
+                variant=variant,
             )
         if c.is_moe(i):
             ffn = MoE(

@@ -23,7 +23,7 @@ from companion.kernels.attend import BACKENDS
 from companion.blocks import Block
 from companion.cache import ModelCache
 from companion.feedforward import MLP
-from companion.mha import MultiHeadAttention, check_heads
+from companion.mha import AttentionVariant, MultiHeadAttention, check_heads
 from companion.models.common import check_inputs, from_family_preset, register_family
 from companion.positions import SinusoidalPositions, embed_scale
 
@@ -95,7 +95,7 @@ class Seq2SeqTransformer(nn.Module):
             for _ in range(c.n_encoder_layers)
         )
         self.decoder = nn.ModuleList(
-            Block(c.d_model, attn(causal=True), ffn(), norm="layer", placement="post", dropout=c.dropout, cross_attn=attn(cross=True))
+            Block(c.d_model, attn(causal=True), ffn(), norm="layer", placement="post", dropout=c.dropout, cross_attn=attn(variant=AttentionVariant(cross=True)))
             for _ in range(c.n_decoder_layers)
         )
         self.out = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
