@@ -1,6 +1,6 @@
 """Chapter 10's memory-bound check: a decode step with 8 rows against one with 1 row.
 
-The chapter asserts step(B=8) < 4 step(B=1) for a llama-like model of 25M parameters (d 512, 8 layers)
+The chapter asserts step(B=8) < 6 step(B=1) for a llama-like model of 22.8M parameters (d 512, 8 layers)
 after 128 tokens, best of 5 interleaved rounds (a compute-bound step would cost about 8x). This script
 repeats the measurement for 3 seeds and prints the ratio, to set that margin from a measured spread:
 

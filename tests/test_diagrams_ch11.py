@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from companion.kernels.flash import dense_traffic_bytes, tiled_traffic_bytes
-from companion.notebook.diagrams import flash_tiling, memory_traffic
+from companion.notebook.diagrams_ch11 import flash_tiling, memory_traffic
 from figure_layout import assert_readable_layout
 from figure_layout import texts as _texts
 
