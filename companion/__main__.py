@@ -26,6 +26,8 @@ import threading
 
 from companion.training.cli import COMMANDS, CONTEXT_RULE, SEQ2SEQ_PREFIX, HelpFormatter, Terminated, check_threads
 
+# the packages the commands import (pyproject.toml): one missing is a line saying how to install them
+DEPENDENCIES = ("torch", "numpy", "safetensors", "tqdm", "matplotlib")
 DEFAULT_PRESET, DEFAULT_PROMPT = "llama-like", "Hello"  # generate's, when neither --checkpoint nor --ids is given
 
 # torch and the models are imported inside the commands: `python -m companion --help` loads none of them.
@@ -38,12 +40,12 @@ def _load_model(args):
     from companion.models import SEQ2SEQ_PRESETS, from_preset
 
     if args.checkpoint:
-        from companion.training.checkpoint import load_model, load_tokenizer
+        from companion.training.cli_sample import load_for_sampling
 
         if args.preset is not None:  # the checkpoint's config.json gives the model: a preset would be ignored
             raise ValueError(f"--preset {args.preset} and --checkpoint {args.checkpoint}: pass one of them (the "
                              "checkpoint's config.json gives its model; --preset builds random weights)")
-        return load_model(args.checkpoint), load_tokenizer(args.checkpoint)
+        return load_for_sampling(args.checkpoint)  # a reference model of data/reference/ too
     args.preset = args.preset or DEFAULT_PRESET
     name = args.preset[len(SEQ2SEQ_PREFIX):] if args.preset.startswith(SEQ2SEQ_PREFIX) else args.preset
     if name in SEQ2SEQ_PRESETS:  # refused before its weights are built
@@ -146,6 +148,13 @@ def printable_byte(b: int) -> str:
 
 BENCH_CONTEXT = 512  # bench-serve's model context (its prompts are 16 to 64 tokens)
 BENCH_PROMPTS = (16, 64)
+# What each of bench-serve's sizes can mean: a benchmark of the book's models that ends in minutes on a
+# CPU (--n-layers 1000 ran 580 s without a word). The widest and deepest are GPT-2 XL's 48 layers and
+# 1600 wide; the rest follow from the context.
+BENCH_LIMITS = {"d_model": 1600, "n_layers": 48, "requests": 256, "new_tokens": BENCH_CONTEXT, "page_size": BENCH_CONTEXT}
+BENCH_WHY = {"d_model": "GPT-2 XL's width is the widest it serves", "n_layers": "GPT-2 XL's 48 layers are the deepest",
+             "requests": "enough to fill the batch many times over", "new_tokens": "the model's context",
+             "page_size": "a page holds at most the model's context"}
 
 
 def bench_model_sizes(preset: str, d_model: int, n_layers: int, context: int) -> dict:
@@ -193,8 +202,9 @@ def cmd_bench_serve(args) -> int:
         heads = getattr(config, "n_head", None) or getattr(config, "n_heads", None) or 1
         args.d_model = 128 if 128 % heads == 0 else 16 * heads
     for name in ("d_model", "n_layers", "requests", "new_tokens", "page_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+        value, most = getattr(args, name), BENCH_LIMITS[name]
+        if not 1 <= value <= most:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [1, {most}] ({BENCH_WHY[name]}); got {value}")
     sizes = bench_model_sizes(args.preset, args.d_model, args.n_layers, BENCH_CONTEXT)
     try:
         with torch.device("meta"):  # shapes only: the memory estimate comes before any allocation
@@ -246,7 +256,7 @@ class _HelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     line breaks."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion", formatter_class=_HelpFormatter, epilog=EXAMPLES,
         description="The companion library's command line: generate text, benchmark serving, train and sample.")
@@ -299,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
                         "(CONTRIBUTING.md, 'Threads and determinism')")
     b.set_defaults(func=cmd_bench_serve)
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["train"], ["sample"], ["translate"]):
         from companion.training.cli import add_subcommands
 
@@ -311,32 +320,44 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("course", help="cut a course: student/instructor editions, its own site, slides",
                    add_help=False)  # parsed by companion.course, whose --help explains every option
 
+    if argv[:1] == ["course"]:
+        from companion.course import main as course_main
+
+        return course_main(argv[1:])
+    args = parser.parse_args(argv)
+    from companion.data.sources import CorpusNotInstalled
+
+    try:
+        return args.func(args)
+    except (ValueError, CorpusNotInstalled) as e:
+        parser.exit(2, f"error: {e}\n")
+    except BrokenPipeError:  # stdout closed by the reader (| head -c 50): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail on the closed pipe again
+        return 128 + 13  # what a shell reports for a program ended by SIGPIPE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (``_main``), with the ways out that hold from the first line on: Ctrl-C or
+    SIGTERM at any moment (start-up, imports and corpus loading included) end it with one line, exit
+    130 or 143; a missing dependency (torch in a Python without the package's environment) is one
+    line saying how to install it."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv else "companion"
     previous = _on_sigterm()
-    try:  # Ctrl-C or SIGTERM at any moment, start-up (imports, corpus loading) included: one line
-        if argv[:1] == ["course"]:
-            from companion.course import main as course_main
-
-            return course_main(argv[1:])
-        args = parser.parse_args(argv)
-        try:
-            from companion.data.sources import CorpusNotInstalled
-        except ModuleNotFoundError as e:  # the package's dependencies (torch, ...) are not installed here
-            parser.exit(2, f"error: {args.command} needs the package {e.name}, which this Python "
-                           f"({sys.executable}) does not have: install the companion package (make install, or "
-                           "pip install -e .) and run the venv's python (.venv/bin/python -m companion ...)\n")
-        try:
-            return args.func(args)
-        except (ValueError, CorpusNotInstalled) as e:
-            parser.exit(2, f"error: {e}\n")
-        except BrokenPipeError:  # stdout closed by the reader (| head -c 50): stop quietly, as Unix tools do
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail on the closed pipe again
-            return 128 + 13  # what a shell reports for a program ended by SIGPIPE
+    try:
+        return _main(argv)
     except KeyboardInterrupt as stop:  # outside train's own handling: one line, no traceback
         terminated = isinstance(stop, Terminated)
         print(f"{command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
         return 143 if terminated else 130
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in DEPENDENCIES:
+            raise
+        print(f"error: {command} needs the package {e.name}, which this Python ({sys.executable}) does not have: "
+              "install the companion package (make install, or pip install -e .) and run the virtual "
+              "environment's python (.venv/bin/python -m companion ...)", file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

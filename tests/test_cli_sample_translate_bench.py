@@ -147,9 +147,10 @@ def test_bench_serve_estimates_its_memory_before_allocating(capsys, monkeypatch)
     from companion.training import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 8 * 10**9)
-    fails(["bench-serve", "--d-model", "100000"], "error: --d-model 100000 --n-layers 4 --requests 16: serving "
-          "needs about 1.8 TB of memory (float32 weights and the engine's KV pages, 512 tokens per request), more "
-          "than the 8.0 GB available here", capsys)
+    fails(["bench-serve", "--d-model", "1600", "--n-layers", "48", "--requests", "256"],
+          "error: --d-model 1600 --n-layers 48 --requests 256: serving needs about 86.0 GB of memory (float32 "
+          "weights and the engine's KV pages, 512 tokens per request), more than the 8.0 GB available here", capsys)
+    fails(["bench-serve", "--d-model", "100000"], "error: --d-model must be in [1, 1600]", capsys)  # a width it never serves
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -360,13 +360,32 @@ def _interrupted(args, step: int, how: str = "interrupted") -> str:
             f"... --resume {args.out} --out {args.out} (the same options)")
 
 
+TRAIN_EXAMPLES = """\
+examples (run with the virtual environment's python, .venv/bin/python, after make install):
+  .venv/bin/python -m companion train --preset gpt2-tiny --data shakespeare --out runs/shakespeare
+      300 steps of a character-level GPT (about 2 minutes on a laptop CPU), checkpoints in runs/shakespeare
+  .venv/bin/python -m companion sample --checkpoint runs/shakespeare --prompt "ROMEO:"
+      continue a prompt with the model just trained
+  .venv/bin/python -m companion train --preset gpt2-tiny --data shakespeare --out runs/shakespeare \\
+      --resume runs/shakespeare --steps 600
+      continue that run to step 600 (a run folder holds one run; --force keeps an old one aside)
+  .venv/bin/python -m companion train --preset seq2seq-tiny --data bible-en-fr --out runs/fr
+      an encoder-decoder translator (about 4 minutes); then: translate --checkpoint runs/fr --prompt "In the beginning"
+Without --out nothing is saved; --out '' is refused (it names no folder).
+"""
+
+
+class _ExamplesHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows an option's default once (``HelpFormatter``) and keeps the examples' line breaks."""
+
+
 def add_subcommands(sub) -> None:
     """Register ``train`` and ``sample`` on an ``argparse`` subparsers object."""
     t = sub.add_parser(
         "train", help=COMMANDS["train"],
         description="Train a model on a corpus. Defaults come from --profile; every option below overrides them. "
                     "Under torchrun the same command trains with DDP (or FSDP2 with --parallel fsdp).",
-        formatter_class=HelpFormatter,
+        formatter_class=_ExamplesHelpFormatter, epilog=TRAIN_EXAMPLES,
     )
     t.add_argument("--preset", required=True, help=f"model preset: one of {', '.join(_presets())} (base and "
                    "tiny, the library's names of the seq2seq ones, are accepted with a note)")
@@ -376,7 +395,7 @@ def add_subcommands(sub) -> None:
                    help="settings for a short CPU run (quick, alias cpu) or a long run on one CUDA GPU (gpu); "
                         "default: $COMPANION_PROFILE, else quick")
     t.add_argument("--out", default=None, help="run directory for checkpoints (step-*/ and a 'latest' pointer); none if "
-                   "omitted. A folder that holds another run is refused (continue it with --resume, or see --force)")
+                   "omitted ('' is refused: it names no folder). A folder that holds another run is refused (continue it with --resume, or see --force)")
     t.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds another run; "
                    "the old run's files are kept, moved into OUT/previous-N/ (see --delete-old)")
     t.add_argument("--delete-old", action="store_true", help="with --force: delete the run already in --out instead of "

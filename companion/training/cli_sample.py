@@ -6,6 +6,8 @@
   ``generate``'s filters, sliding the context window past the model's context.
 - ``slide(model, ids, n, params, generator)``: the sliding window, one token at a time.
 - ``crop_prompt(prompt, context)``: the prompt's last ``context`` tokens, with a note when cropped.
+- ``load_for_sampling(path, device)``: a checkpoint of ``train --out``, or a decoder-only reference model
+  of ``data/reference/`` (``companion.data.reference``).
 - ``CONTEXT_RULE``: the sentence the commands' help uses to say all this.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 
-__all__ = ["cmd_sample", "sample_lm", "slide", "crop_prompt", "CONTEXT_RULE"]
+__all__ = ["cmd_sample", "sample_lm", "slide", "crop_prompt", "load_for_sampling", "CONTEXT_RULE"]
 
 CONTEXT_RULE = ("A prompt longer than the model's context is cropped to its last context-length tokens (a note on "
                 "stderr says so); generation then goes on past the context by sliding the window (each new token "
@@ -68,9 +70,33 @@ def crop_prompt(prompt: list[int], context: int) -> list[int]:
     return prompt[-context:]
 
 
+def load_for_sampling(path, device="cpu"):
+    """(model in eval mode, tokenizer or None) from a checkpoint written by ``train --out`` or from one of
+    the book's decoder-only reference models under ``data/reference/`` (``companion.data.reference``'s
+    format: config.json, float16 model.safetensors, tokenizer.json, info.json and SHA256SUMS.json,
+    verified against the digests committed with that module)."""
+    from pathlib import Path
+
+    from companion.training.checkpoint import load_model, load_tokenizer
+
+    folder = Path(path)
+    if (folder / "SHA256SUMS.json").is_file() and (folder / "info.json").is_file() and \
+            not (folder / "manifest.json").exists():
+        from companion.data.reference import DIGESTS, load_gpt_reference
+
+        if folder.name in DIGESTS and (folder / "tokenizer.json").is_file():
+            ref = load_gpt_reference(folder.name, root=folder.parent)
+            return ref.model.to(device).eval(), ref.tok
+        raise ValueError(
+            f"--checkpoint {path} is a reference model of the book (companion.data.reference's format: separate "
+            "source and target tokenizers, float16 weights, digests committed with that module), not a checkpoint "
+            f"of train --out: load it in Python with companion.data.reference.load_reference({folder.name!r})")
+    return load_model(path, device=device), load_tokenizer(path)
+
+
 def cmd_sample(args) -> int:
     """``sample`` (continue a prompt, streamed) and ``translate`` (an encoder-decoder checkpoint)."""
-    from companion.training.checkpoint import load_model, load_tokenizer, model_kind
+    from companion.training.checkpoint import model_kind
     from companion.training.trainer import check_device
 
     translating = args.command == "translate"
@@ -82,8 +108,7 @@ def cmd_sample(args) -> int:
         raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
     if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
         raise ValueError(f"--alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {args.alpha}")
-    model = load_model(args.checkpoint, device=check_device(args.device or "cpu"))
-    tokenizer = load_tokenizer(args.checkpoint)
+    model, tokenizer = load_for_sampling(args.checkpoint, check_device(args.device or "cpu"))
     seq2seq = model_kind(model) == "seq2seq"
     if translating and not seq2seq:
         raise ValueError(f"translate needs an encoder-decoder (seq2seq) checkpoint; {args.checkpoint} holds a "
