@@ -154,3 +154,27 @@ def test_a_frame_player_moves_its_picture_and_a_dead_slider_is_reported(tmp_path
     assert rc == 1
     assert "1 of 1 pre-drawn frame players did not change their picture" in out
     assert "1 live widget slider(s)" in out
+
+
+NAV = """<!doctype html><html><head><meta charset="utf-8"></head><body>
+<button class="primary-toggle" aria-label="Site navigation" style="width:40px;height:30px"
+        onclick="document.getElementById('menu').showModal()">=</button>
+<button class="secondary-toggle" aria-label="On this page" style="width:40px;height:30px"
+        onclick="{secondary}">#</button>
+<dialog id="menu"><p>chapters</p></dialog><dialog id="toc"><p>contents</p></dialog>
+</body></html>"""
+
+
+@needs_chrome
+def test_header_buttons_must_open_their_drawers(tmp_path, capsys):
+    """The phone's menu and page-contents buttons are tapped; one that opens nothing is reported
+    (sphinx-book-theme 1.3.0 on pydata-sphinx-theme 0.17.1 bound their handlers to hidden copies)."""
+    rc, out = _check(tmp_path, capsys, "nav.html", NAV.format(secondary="document.getElementById('toc').showModal()"))
+    assert rc == 0, out
+    rc, out = _check(tmp_path, capsys, "dead_nav.html", NAV.format(secondary=""))  # planted: does nothing
+    assert rc == 1
+    assert "the header button 'On this page' (secondary sidebar) opens or hides nothing when tapped" in out
+    assert "'Site navigation'" not in out
+    hidden = NAV.format(secondary="").replace('class="primary-toggle"', 'class="primary-toggle" hidden')
+    rc, out = _check(tmp_path, capsys, "no_menu.html", hidden)
+    assert "no visible button opens the chapter list" in out

@@ -17,6 +17,9 @@ and window width (1280 and 400 px) it asserts that
 - the launch buttons (Colab, Binder) point at this page's notebook in the repository named in
   _config.yml, and the download button at the page's own source file, which exists;
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
+- every header button that shows or hides a sidebar (the chapter list, the page contents) does
+  something when tapped: a drawer opens on a phone, the sidebar hides on a desktop (``tap_toggles``:
+  real mouse events at the button's centre, the page's state compared before and after);
 - the console shows no error and no page requested the network.
 
 It saves a screenshot of the whole page per page and width under ``--screenshots`` (default
@@ -139,9 +142,16 @@ INSPECT = r"""
       if (getComputedStyle(a).overflowX !== "visible" && a.getBoundingClientRect().right <= W + 1) return true;
     return false;
   };
+  // An off-canvas drawer (a phone's closed sidebar) is hidden as a whole even where a child sets
+  // visibility: visible again (pydata's "ul.visible"): nothing in it is on the page.
+  const inHidden = (el) => {
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement)
+      if (getComputedStyle(a).visibility === "hidden") return true;
+    return false;
+  };
   for (const el of document.querySelectorAll("body *")) {
     const cs = getComputedStyle(el);
-    if (cs.position === "fixed" || cs.visibility === "hidden" || cs.display === "none") continue;
+    if (cs.position === "fixed" || cs.visibility === "hidden" || cs.display === "none" || inHidden(el)) continue;
     const r = el.getBoundingClientRect();
     if (r.width > 0 && r.right > W + 1 && !inScroller(el) && out.wide.length < 5)
       out.wide.push(el.tagName.toLowerCase() + "." + String(el.getAttribute("class") || "").split(" ")[0] +
@@ -150,6 +160,54 @@ INSPECT = r"""
   return JSON.stringify(out);
 })()
 """
+
+
+# The sidebars' state as a reader sees it: which drawers (dialogs) are open and which sidebars show.
+SIDEBARS = r"""
+(() => {
+  const shown = (el) => { if (!el) return false; const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    return s.display !== "none" && s.visibility !== "hidden" && r.width > 0 && r.right > 0 && r.left < innerWidth; };
+  const dialogs = Array.from(document.querySelectorAll("dialog")).filter((d) => d.open && shown(d)).map((d) => d.id);
+  return JSON.stringify({dialogs, primary: shown(document.querySelector("#pst-primary-sidebar, .bd-sidebar-primary")),
+                         secondary: shown(document.querySelector("#pst-secondary-sidebar, .bd-sidebar-secondary"))});
+})()
+"""
+# The visible sidebar toggles: where to tap, and what they are called.
+TOGGLES = r"""
+JSON.stringify(Array.from(document.querySelectorAll(".primary-toggle, .secondary-toggle")).map((b) => {
+  const r = b.getBoundingClientRect(), s = getComputedStyle(b);
+  const seen = r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none";
+  return {kind: b.classList.contains("primary-toggle") ? "primary" : "secondary", seen,
+          label: b.getAttribute("aria-label") || b.getAttribute("title") || b.className,
+          x: r.x + r.width / 2, y: r.y + r.height / 2};
+}))
+"""
+
+
+def _value(browser: "Browser", expression: str):
+    return json.loads(browser.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"]["value"])
+
+
+def tap_toggles(browser: "Browser") -> dict:
+    """Tap every visible sidebar toggle of the loaded page, one at a time, with real mouse events, and
+    say whether the sidebars' state changed; each is undone (drawers closed, a hidden sidebar shown again
+    by a second tap) before the next. Returns {"present": any toggle in the page, "tapped": [...]}."""
+    toggles = _value(browser, TOGGLES)
+    tapped = []
+    for t in [t for t in toggles if t["seen"]]:
+        before = _value(browser, SIDEBARS)
+        for kind in ("mousePressed", "mouseReleased"):
+            browser.call("Input.dispatchMouseEvent", type=kind, x=t["x"], y=t["y"], button="left", clickCount=1)
+        browser.call("Runtime.evaluate", expression="new Promise((r) => setTimeout(r, 400))", awaitPromise=True)
+        after = _value(browser, SIDEBARS)
+        tapped.append({"kind": t["kind"], "label": t["label"], "works": after != before})
+        if after["dialogs"]:
+            browser.call("Runtime.evaluate", expression="document.querySelectorAll('dialog[open]').forEach((d) => d.close())")
+        elif after != before:
+            for kind in ("mousePressed", "mouseReleased"):
+                browser.call("Input.dispatchMouseEvent", type=kind, x=t["x"], y=t["y"], button="left", clickCount=1)
+        browser.call("Runtime.evaluate", expression="new Promise((r) => setTimeout(r, 300))", awaitPromise=True)
+    return {"present": bool(toggles), "tapped": tapped}
 
 
 def find_chrome() -> str | None:
@@ -397,6 +455,7 @@ def inspect(browser: Browser, page: Path, width: int, shots: Path | None, site: 
     # Let late errors (fonts, widget callbacks) arrive before reading the console.
     browser.call("Runtime.evaluate", expression="new Promise((r) => setTimeout(r, 300))", awaitPromise=True)
     report["console"] = console_errors(browser.events)
+    report["nav"] = tap_toggles(browser)
     if shots is not None:
         # Collapse the solutions again so that the screenshot shows the page as a reader first sees it.
         mark = len(browser.events)
@@ -549,6 +608,12 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
             target = (page.parent / d.split("?")[0]).resolve()
             if target != source.resolve() or not target.exists():
                 problems.append(f"the download link {d} does not point at {source.relative_to(site)}")
+    nav = report.get("nav", {"present": False, "tapped": []})
+    for t in nav["tapped"]:
+        if not t["works"]:
+            problems.append(f"the header button '{t['label']}' ({t['kind']} sidebar) opens or hides nothing when tapped")
+    if nav["present"] and width < 600 and not any(t["kind"] == "primary" for t in nav["tapped"]):
+        problems.append("no visible button opens the chapter list")
     if report["page_width"] > report["client_width"] + 1 or report["wide"]:
         problems.append(f"wider than the {width} px window ({report['page_width']} px): {', '.join(report['wide'])}")
     problems += [f"console: {c}" for c in report["console"]]
