@@ -17,6 +17,7 @@ import torch
 
 from companion.__main__ import main
 from companion.training import checkpoint as ckpt
+from test_cli_arguments import fails, train as train_args
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,20 +37,8 @@ def digests(folder: Path) -> dict:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def fails(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "Traceback" not in err, err
-    assert message in err, err
-    return err
-
-
 def train(tmp_path, *extra):
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 20)
-    return ["train", "--preset", "gpt2-tiny", "--data", str(corpus), "--context", "8", "--steps", "2",
-            "--batch-size", "2", "--no-progress", "--device", "cpu", "--no-compile", *extra]
+    return train_args(tmp_path, "--steps", "2", *extra)  # the later --steps wins
 
 
 # --- a run folder holds one model -------------------------------------------------------------------
