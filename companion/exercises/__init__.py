@@ -179,6 +179,9 @@ def _isolated(name: str, checker: Callable, fn: _Limited, gen: torch.Generator, 
     still ends an ordinary endless loop with the usual message, and its verdict (the cases passed, or
     the exception) comes back through a pipe."""
     read, write = os.pipe()
+    for stream in (sys.stdout, sys.stderr):  # else the child inherits the parent's unwritten output and
+        with contextlib.suppress(Exception):  # writes it a second time when it flushes its own
+            stream.flush()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # "fork in a multi-threaded process" (3.12+)
         pid = os.fork()
