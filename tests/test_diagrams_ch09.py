@@ -8,7 +8,7 @@ import pytest
 from figure_layout import assert_readable_layout, texts
 from matplotlib.patches import Rectangle
 
-from companion.notebook.diagrams import moe_routing, window_reach
+from companion.notebook.diagrams_ch09 import moe_routing, window_reach
 
 
 @pytest.mark.parametrize("T, w, L", [(12, 3, 3), (10, 4, 2), (8, 2, 1)])
