@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from companion.notebook.diagrams import SEQ_COLOURS, SHARED, block_tables
+from companion.notebook.diagrams_ch12 import SEQ_COLOURS, SHARED, block_tables
 from figure_layout import assert_readable_layout
 from figure_layout import texts as _texts
 

@@ -123,8 +123,15 @@ def no_qk_norm(layer, H, positions):
     return _layer_reference(layer, H, positions, qk_norm=False)
 
 
+def rotated_from_zero(layer, H, positions):
+    """The mistake the chapter's own solution once made: positions ignored, rows rotated by 0..T-1."""
+    from companion.exercises.ch13 import _layer_reference
+    return _layer_reference(layer, H, torch.arange(H.shape[1]))
+
+
 @pytest.mark.parametrize("wrong, hint", [
     (after_rope, "after RoPE"),
+    (rotated_from_zero, "instead of by `positions`"),
     (no_qk_norm, "without QK-norm"),
     (lambda layer, H, positions: H, "values differ"),
     (lambda layer, H, positions: H[:, :-1], "wrong shape"),

@@ -12,7 +12,8 @@ What this module provides (each registered with ``companion.exercises.register``
 - ``ch13.qk_norm_layer``: ``fn(layer, H, positions) -> H_next``, one layer of the recurrence (13.2)
   to (13.7) with QK-norm (Qwen3): each head of q and k RMS-normalised over its d_h channels, with
   its own gain, *before* the rotation. ``layer`` is a ``companion.blocks.Block`` of a
-  ``qwen3-like`` decoder, H (B, T, d), positions (T,). Checked against ``layer(H, positions)``.
+  ``qwen3-like`` decoder, H (B, T, d), positions (T,) (the checker packs two documents, positions
+  restarting at the second, so that a layer that ignores them fails). Checked against ``layer(H, positions)``.
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ def check_qk_norm_layer(fn, gen, report) -> None:
         layer = model.layers[0]
         B, T = 2, int(torch.randint(3, 20, (), generator=gen))
         H = torch.randn(B, T, model.config.d_model, generator=gen)
-        positions = torch.arange(T)
+        # two packed documents, positions restarting at the second: a shift of 0..T-1 alone would
+        # cancel in q.k (RoPE sees differences only), so a layer that ignores `positions` fails here
+        first = int(torch.randint(1, T - 1, (), generator=gen))
+        positions = torch.cat((torch.arange(first), torch.arange(T - first)))
         c = model.config
         case = f"h={c.n_heads}, g={c.kv_heads}, d_h={c.attn_head_dim}, d={c.d_model}, T={T}"
         with torch.no_grad():
@@ -158,6 +162,7 @@ def check_qk_norm_layer(fn, gen, report) -> None:
                 "the layer without QK-norm": _layer_reference(layer, H, positions, qk_norm=False),
                 "QK-norm applied after RoPE instead of before": _layer_reference(layer, H, positions, before_rope=False),
                 "the heads grouped as r mod g instead of r // (h / g)": _layer_reference(layer, H, positions, grouped=False),
+                "rotation by 0..T-1 instead of by `positions`": _layer_reference(layer, H, torch.arange(T)),
             }
             if c.kv_heads == c.n_heads:
                 mistakes.pop("the heads grouped as r mod g instead of r // (h / g)")

@@ -2,6 +2,8 @@
 ``companion.notebook.diagrams``.
 
 What this module provides, each drawing function returning a ``matplotlib.figure.Figure``:
+- ``block_tables(tables, n_pages, page_size)``: the block tables of a few live sequences over one
+  page pool, shared pages hatched, each logical page shaded by its filled slots.
 - ``pages_to_seats(tables, seats, n_pages, page_size)``: the three places a running sequence's keys
   and values live on a CPU engine: the page pool (the store of record, shared and freed by page),
   each sequence's block table (which pool page holds its logical page k), and its seat, one dense
@@ -19,25 +21,82 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from companion.notebook.diagrams import FONT, SEQ_COLOURS, SHARED, _canvas
+from companion.notebook.diagrams import FONT, _canvas
 
-__all__ = ["pages_to_seats", "static_grid", "continuous_grid", "batching_schedule",
+__all__ = ["block_tables", "pages_to_seats", "static_grid", "continuous_grid", "batching_schedule",
            "SCHEDULE_COLOURS"]
 
 EDGE = "#444444"
+SHARED, SEQ_COLOURS = "#d9d9d9", ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fa9fb5", "#c7e9c0")
+
+
+def block_tables(tables: dict, n_pages: int, page_size: int) -> Figure:
+    """The block tables of a few live sequences over one page pool (chapter 12).
+
+    ``tables``: {sequence id: (block table, tokens stored)}, e.g. ``companion.engine.trace.block_tables``
+    of a running engine. Top row: the pool's physical pages, coloured by the sequence that holds
+    each one (grey and hatched: held by several, i.e. a shared prefix page; white: free). Below, one
+    row per sequence: its logical pages 0, 1, ... in table order, each showing the physical page id
+    it maps to and, shaded, how many of its p slots are filled (token j is in logical page
+    floor(j / p) at offset j mod p)."""
+    owners = _check_tables(tables, n_pages, page_size, max_p=None, max_pages=32, max_seqs=len(SEQ_COLOURS))
+    colour = {sid: SEQ_COLOURS[i] for i, sid in enumerate(tables)}
+    cell, x0, row = min(0.32, 7.4 / n_pages), 1.45, 0.5
+    height = 1.75 + row * len(tables)
+    fig, ax = _canvas(9.0, height)
+    y_pool = height - 0.6
+    ax.text(0.1, y_pool + cell / 2, "page pool", ha="left", va="center", fontsize=FONT, weight="bold")
+    for page in range(n_pages):
+        held = owners.get(page, [])
+        face = "white" if not held else colour[held[0]] if len(held) == 1 else SHARED
+        ax.add_patch(Rectangle((x0 + page * cell, y_pool), cell, cell, facecolor=face, edgecolor="#444444",
+                               linewidth=0.8, hatch="//" if len(held) > 1 else None))
+        ax.text(x0 + (page + 0.5) * cell, y_pool + cell + 0.08, str(page), ha="center", va="bottom", fontsize=9)
+    y = y_pool - 0.45
+    ax.text(0.1, y + 0.1, "logical page:", ha="left", va="center", fontsize=9)
+    width = max(len(t) for t, _ in tables.values())
+    for k in range(width):
+        ax.text(x0 + (k + 0.5) * cell, y + 0.1, str(k), ha="center", va="center", fontsize=9)
+    for sid, (table, length) in tables.items():
+        y -= row
+        ax.text(0.1, y + cell / 2, f"seq {sid}, T={length}", ha="left", va="center", fontsize=9)
+        for k, page in enumerate(table):
+            filled = min(page_size, length - k * page_size) / page_size
+            x = x0 + k * cell
+            ax.add_patch(Rectangle((x, y), cell * filled, cell, facecolor=colour[sid], linewidth=0))
+            ax.add_patch(Rectangle((x, y), cell, cell, facecolor="none", edgecolor="#444444", linewidth=0.8,
+                                   hatch="//" if len(owners[page]) > 1 else None))
+            # on a white patch of its own, so that a shared page's hatching does not run through it
+            ax.text(x + cell / 2, y + cell / 2, str(page), ha="center", va="center", fontsize=9,
+                    bbox=dict(facecolor="white", edgecolor="none", pad=0.6))
+    legend = [("white", None, "free page"), (SHARED, "//", "shared page (ref > 1)"),
+              (SEQ_COLOURS[0], None, f"filled slots (p = {page_size})")]
+    for i, (face, hatch, label) in enumerate(legend):
+        lx = 0.1 + i * 2.9
+        ax.add_patch(Rectangle((lx, 0.12), 0.25, 0.25, facecolor=face, edgecolor="#444444", hatch=hatch))
+        ax.text(lx + 0.35, 0.245, label, ha="left", va="center", fontsize=9)
+    return fig
+
+
 # waiting, prefill, decode, idle (computed, finished), done
 SCHEDULE_COLOURS = {"w": "#f2f2f2", "p": "#E69F00", "d": "#56B4E9", "x": "#CC79A7", ".": "white"}
 SCHEDULE_LABELS = {"w": "waiting", "p": "prefill (gives token 1)", "d": "decode",
                    "x": "finished, row still computed"}
 
 
-def _check_tables(tables: dict, n_pages: int, page_size: int) -> dict[int, list[int]]:
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 8:
-        raise ValueError(f"page_size must be an int in [1, 8] (slots are drawn); got {page_size!r}")
-    if isinstance(n_pages, bool) or not isinstance(n_pages, int) or not 1 <= n_pages <= 16:
-        raise ValueError(f"n_pages must be an int in [1, 16] (to fit the column); got {n_pages!r}")
-    if not 1 <= len(tables) <= min(4, len(SEQ_COLOURS)):
-        raise ValueError(f"tables must hold 1 to 4 sequences; got {len(tables)}")
+def _check_tables(tables: dict, n_pages: int, page_size: int, max_p: int | None = 8, max_pages: int = 16,
+                  max_seqs: int = 4) -> dict[int, list[int]]:
+    """{page: the sequences holding it}, after checking that ``tables`` fit a figure: at most ``max_p``
+    slots a page (None: any; a figure that draws slots needs few), ``max_pages`` pages, ``max_seqs``
+    sequences, each holding ceil(length / p) pages of the pool."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1 or (
+            max_p is not None and page_size > max_p):
+        rule = ">= 1" if max_p is None else f"in [1, {max_p}] (slots are drawn)"
+        raise ValueError(f"page_size must be an int {rule}; got {page_size!r}")
+    if isinstance(n_pages, bool) or not isinstance(n_pages, int) or not 1 <= n_pages <= max_pages:
+        raise ValueError(f"n_pages must be an int in [1, {max_pages}] (to fit the column); got {n_pages!r}")
+    if not 1 <= len(tables) <= min(max_seqs, len(SEQ_COLOURS)):
+        raise ValueError(f"tables must hold 1 to {min(max_seqs, len(SEQ_COLOURS))} sequences; got {len(tables)}")
     owners: dict[int, list[int]] = {}
     for sid, (table, length) in tables.items():
         if len(table) != -(-length // page_size):
@@ -45,7 +104,7 @@ def _check_tables(tables: dict, n_pages: int, page_size: int) -> dict[int, list[
                              f" a table holds ceil(length / p) = {-(-length // page_size)} pages")
         for page in table:
             if not 0 <= page < n_pages:
-                raise ValueError(f"tables: sequence {sid} maps page {page}, outside the pool")
+                raise ValueError(f"tables: sequence {sid} maps page {page}, outside the pool [0, {n_pages})")
             owners.setdefault(page, []).append(sid)
     return owners
 
