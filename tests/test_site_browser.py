@@ -86,6 +86,14 @@ def test_problems_of_flags_solutions_that_do_not_toggle(tmp_path):
     assert "solution s1 is open before its toggle is clicked" in problems
     assert "solution s2 does not open when its toggle is clicked" in problems
     assert "1 of 2 widgets were not drawn" in problems
+    report["solutions"] = [{"id": "s3", "collapsed_before": True, "open_after": True, "cut": 2}]
+    wide = check_browser.problems_of(report, tmp_path / "p.html", tmp_path, 1280, "https://github.com/o/r")
+    assert "solution s3: 2 code block(s) wider than the solution box" in wide
+    report.update(widget_js=3, widgets={"views": 0, "drawn": 0})
+    assert "3 widget script(s) loaded on a page with no widget view" in check_browser.problems_of(
+        report, tmp_path / "p.html", tmp_path, 1280, "https://github.com/o/r")
+    assert not any("s3" in p for p in check_browser.problems_of(report, tmp_path / "p.html", tmp_path, 400,
+                                                                  "https://github.com/o/r"))
 
 
 def test_problems_of_checks_launch_and_download_links_of_a_chapter(tmp_path):
@@ -120,6 +128,29 @@ def test_sitefix_keeps_one_copy_of_each_inline_script():
     sitefix._dedupe_scripts(None, "p", "page.html", context, None)
     assert [(s.filename, s.attributes["body"]) for s in context["script_files"]] == [
         ("a.js", ""), (None, "const X = 1"), (None, "const Y = 2")]
+
+
+def test_sitefix_drops_widget_javascript_from_pages_without_a_widget_view():
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    def page(*raw: str):
+        doc = new_document("<page>")
+        doc += nodes.paragraph("frames only", "frames only")
+        for html in raw:
+            doc += nodes.raw(html, html, format="html")
+        js = {"ipywidgets_state": (None, {}), "ipywidgets_0": ("require.js", {}), "thebe": ("thebe.js", {})}
+        env = SimpleNamespace(docname="ch", nb_metadata={"ch": {"js_files": js}})
+        return SimpleNamespace(env=env), doc, js
+
+    app, doc, js = page("<img src='frame.png'>")
+    sitefix._drop_unused_widget_js(app, doc)
+    assert list(js) == ["thebe"]
+    app, doc, js = page(f'<script type="{sitefix.WIDGET_VIEW}">{{}}</script>')
+    sitefix._drop_unused_widget_js(app, doc)
+    assert list(js) == ["ipywidgets_state", "ipywidgets_0", "thebe"]  # a live widget keeps its manager
 
 
 def test_a_load_event_that_came_before_the_navigate_reply_is_not_waited_for_again():

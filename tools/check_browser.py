@@ -12,8 +12,10 @@ and window width (1280 and 400 px) it asserts that
 - MathJax finished typesetting, left no raw TeX (``$$``, ``\\(``, ``\\begin{``) in the text and no
   MathJax error box;
 - every image loaded (``naturalWidth > 0``);
-- every saved ipywidget view was drawn by the widget manager;
-- every exercise solution is collapsed until its toggle is clicked, and open after the click;
+- every saved ipywidget view was drawn by the widget manager, and a page with no view loads no
+  widget JavaScript;
+- every exercise solution is collapsed until its toggle is clicked, and open after the click, and at
+  1280 px its code fits the solution box (as wide as an ordinary cell's) without scrolling;
 - the launch buttons (Colab, Binder) point at this page's notebook in the repository named in
   _config.yml, and the download button at the page's own source file, which exists;
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
@@ -96,6 +98,8 @@ INSPECT = r"""
     input.dispatchEvent(new Event("input", {bubbles: true}));
     if (img.getAttribute("src") !== before) out.frames.changed++;
   }
+  // The widget manager's scripts on a page with no widget view: megabytes loaded for nothing.
+  out.widget_js = Array.from(document.scripts).filter((s) => /vendor\/widgets\/|embed-amd|html-manager/.test(s.src || "")).length;
   out.dead_sliders = document.querySelectorAll(".widget-slider, .jupyter-widget-slider, .widget-hslider").length;
   // Raw TeX left in the text outside code, and MathJax's own error boxes.
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: (n) => {
@@ -124,6 +128,8 @@ INSPECT = r"""
       if (button) { button.click(); await sleep(400); }
       item.open_after = visible(body);
     }
+    // Open, its code must fit: a block that scrolls sideways inside a solution hides part of a line.
+    item.cut = Array.from(sol.querySelectorAll("pre")).filter((p) => p.scrollWidth > p.clientWidth + 1).length;
     out.solutions.push(item);
   }
   // Launch and download links.
@@ -581,6 +587,8 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
     if frames["changed"] < frames["players"]:
         problems.append(f"{frames['players'] - frames['changed']} of {frames['players']} pre-drawn frame players did "
                         "not change their picture when a slider moved")
+    if report.get("widget_js") and not w["views"]:
+        problems.append(f"{report['widget_js']} widget script(s) loaded on a page with no widget view")
     if report.get("dead_sliders"):
         problems.append(f"{report['dead_sliders']} live widget slider(s): on the static page they cannot redraw their "
                         "plot (show pre-drawn frames instead: companion.notebook.widgets, *_frames)")
@@ -589,6 +597,8 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
             problems.append(f"solution {s['id']} is open before its toggle is clicked")
         if not s["open_after"]:
             problems.append(f"solution {s['id']} does not open when its toggle is clicked")
+        if width >= 1000 and s.get("cut"):  # on a phone every code block scrolls; on a desktop none should
+            problems.append(f"solution {s['id']}: {s['cut']} code block(s) wider than the solution box")
     rel = page.relative_to(site)
     source = site / "_sources" / rel.with_suffix(".ipynb")
     if source.exists():  # a chapter: launch buttons and the notebook download

@@ -11,6 +11,12 @@ by the build, not by the browser:
   writes the page context's ``default_mode`` into the page, and it is empty unless set. It is set to
   "auto" (follow the reader's system setting), which the theme would fall back to anyway.
 
+- The widget JavaScript (require.js, the shims and the HTML widget manager, 4.4 MB with its
+  dependencies) is loaded by myst-nb on every page whose notebook saved a widget state, even when no
+  widget view is left on the page (the chapters' explorers show pre-drawn frames instead, and their
+  live cells are kept off the page): such a page loads it for nothing and logs two console warnings.
+  A page keeps those scripts only when its body holds a widget view.
+
 It also gives each code cell tagged ``claim-<name>`` the HTML id ``claim-<name>``, so that the
 generated index of checked claims (tools/backmatter.py, book/claims.md) links to the cell itself.
 """
@@ -40,6 +46,23 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = kept
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_KEYS = ("ipywidgets_state", "ipywidgets_")  # myst-nb's keys for the state and the manager's scripts
+
+
+def _drop_unused_widget_js(app, doctree) -> None:
+    """myst-nb registers the widget state and scripts per page (env.nb_metadata[docname]["js_files"]);
+    a page whose doctree holds no widget view gets none of them."""
+    from docutils import nodes
+
+    meta = getattr(app.env, "nb_metadata", {}).get(app.env.docname, {})
+    js_files = meta.get("js_files")
+    if not js_files or any(WIDGET_VIEW in n.astext() for n in doctree.findall(nodes.raw)):
+        return
+    for key in [k for k in js_files if k.startswith(WIDGET_KEYS)]:
+        del js_files[key]
+
+
 def _claim_ids(app, doctree) -> None:
     from docutils import nodes
 
@@ -55,4 +78,5 @@ def setup(app):
     # Early: html-page-context is emitted with emit_firstresult, so a handler after one that returns
     # a template name never runs.
     app.connect("html-page-context", _dedupe_scripts, priority=100)
+    app.connect("doctree-read", _drop_unused_widget_js)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
