@@ -11,10 +11,13 @@ says where the number comes from, and an entry no longer used is reported.
 the other way round, and ``40,960`` by ``40960``. What is not a quoted number is left out before the
 search, each by a rule: references to chapters, sections, figures, equations, tables and exercises; the
 chapter's own equation numbers in parentheses; years (1950-2039); citation keys and other MyST roles;
-link targets and HTML; the exercise difficulty ``[1]``-``[3]``; a numbered list's item numbers; the words "one" to "ten" are words, not
+link targets and HTML; the exercise difficulty ``[1]``-``[3]``; a numbered list's item numbers; powers
+of ten written in maths (``10^{-9}``: a magnitude). Code's digit separators (``20_000``) and LaTeX's
+(``65{,}504``) are read as the numbers they write; the words "one" to "ten" are words, not
 numerals, and are not searched.
 
-``python tools/prose_numbers.py book/ch10_kv_cache.ipynb`` prints what it finds; tests/test_prose_numbers.py
+``python tools/prose_numbers.py book/ch10_kv_cache.ipynb`` prints what it finds (``--prune`` first
+removes the listed numbers a chapter no longer needs); tests/test_prose_numbers.py
 runs it over every chapter.
 """
 
@@ -43,6 +46,7 @@ NOT_QUOTES = [
     re.compile(r"\b(?:19[5-9]\d|20[0-3]\d)[a-z]?\b"),       # years
     re.compile(r"\[[1-3]\]\s*$", re.M),                     # an exercise's difficulty
     re.compile(r"^\s*\d+[.)]\s", re.M),                       # a numbered list's item numbers
+    re.compile(r"\b10\^\{?[-−]?\d*\}?"),                      # a power of ten in maths: a magnitude, not a result
 ]
 
 
@@ -67,7 +71,8 @@ def _key(match: re.Match) -> tuple[str, str, str]:
 
 
 def numbers(text: str) -> set[tuple[str, str, str]]:
-    return {_key(m) for m in NUMBER.finditer(text)}
+    """The numerals of code or output text; Python's digit separators (``20_000``) read as one number."""
+    return {_key(m) for m in NUMBER.finditer(re.sub(r"(?<=\d)_(?=\d)", "", text))}
 
 
 def backed(quoted: tuple[str, str, str], printed: set[tuple[str, str, str]]) -> bool:
@@ -87,6 +92,7 @@ def backed(quoted: tuple[str, str, str], printed: set[tuple[str, str, str]]) -> 
 
 
 def prose(text: str) -> str:
+    text = text.replace("{,}", ",")  # LaTeX's thousands separator: $65{,}504$ is 65,504
     for rule in NOT_QUOTES:
         text = rule.sub(" ", text)
     return text
@@ -163,7 +169,23 @@ def problems(notebook: Path) -> list[str]:
     return out
 
 
+def prune(notebook: Path) -> list[str]:
+    """Remove the listed numbers the chapter no longer needs from its sources file; return them."""
+    path, sources = sources_path(notebook), load_sources(notebook)
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+    used = {n for _, n in unbacked(cells)}
+    stale = [n for n in sources if n not in used]
+    if stale:
+        kept = {n: s for n, s in sources.items() if n in used}
+        path.write_text(json.dumps(kept, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return stale
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--prune":
+        for path in argv[1:]:
+            print(f"{path}: removed {prune(Path(path)) or 'nothing'}")
+        return 0
     status = 0
     for path in argv:
         found = problems(Path(path))
