@@ -51,6 +51,23 @@ class RequestOutput:
     error: str | None = None  # finish_reason "error": the exception that failed the request's step
 
 
+def _check_pool_memory(model: nn.Module, n_pages: int, page_size: int, max_seqs: int) -> None:
+    """ValueError naming n_pages and max_seqs when the page pool's keys and values (at most d_model wide
+    per layer each, in the weights' dtype) and the step's block tables would not fit the memory
+    available on the model's device."""
+    from companion.training.memory import _shape, available_bytes, human
+
+    param = next(model.parameters())
+    layers, d, _, _ = _shape(model)
+    tables = max_seqs * -(-context_length(model) // page_size) * 8  # the step's block tables, int64
+    need = n_pages * page_size * 2 * layers * d * param.element_size() + tables
+    available = available_bytes(param.device)
+    if available is not None and need > available:
+        raise ValueError(f"n_pages={n_pages:,} pages of {page_size} tokens (max_seqs={max_seqs:,} full contexts unless "
+                         f"n_pages is given) need about {human(need)} of keys and values, more than the "
+                         f"{human(available)} available: lower n_pages or max_seqs")
+
+
 class Engine:
     """Serve ``model`` with continuous batching.
 
@@ -99,9 +116,13 @@ class Engine:
         if page_size > self.context:  # a page holds one sequence's tokens: past the context it is memory never used
             raise ValueError(f"page_size must be at most the model's context ({self.context} tokens); got {page_size}")
         self.page_size = page_size
+        if max_batch_tokens > max_seqs * self.context:  # a step never feeds more than every sequence's whole context
+            raise ValueError(f"max_batch_tokens must be at most max_seqs * the model's context ({max_seqs} * "
+                             f"{self.context}); got {max_batch_tokens}")
         self.kv: PagedKVCache | None = None
         if cache == "paged":
             n_pages = max_seqs * -(-self.context // page_size) if n_pages is None else int(n_pages)
+            _check_pool_memory(model, n_pages, page_size, max_seqs)  # before any page is allocated
             dtype = next(model.parameters()).dtype
             device = next(model.parameters()).device
             self.kv = PagedKVCache(

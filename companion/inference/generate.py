@@ -73,6 +73,7 @@ def _is_real(x) -> bool:
 
 
 MAX_STOP_TOKENS = 1 << 21  # the vocabulary cap of companion.training.modelspec.FIELD_LIMITS
+MAX_NEW_TOKENS = 1 << 20  # the context cap of companion.training.modelspec.FIELD_LIMITS: 10**12 never ends
 
 
 @dataclass
@@ -99,6 +100,9 @@ class SamplingParams:
     def validate(self) -> None:
         if not is_int(self.max_new_tokens) or self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0 and an integer; got {self.max_new_tokens!r}")
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens must be at most {MAX_NEW_TOKENS:,} (the longest context a checkpoint "
+                             f"may have); got {self.max_new_tokens!r}")
         self.max_new_tokens = int(self.max_new_tokens)
         if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy) and finite; got {self.temperature!r}")
