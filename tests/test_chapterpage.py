@@ -96,14 +96,14 @@ def chapter(exercises_intro: str | None = None) -> nodes.document:
     return doc
 
 
-def test_the_time_line_goes_right_before_the_first_section_once():
+def test_the_time_line_goes_right_under_the_title_once():
     doc = chapter()
     assert chapterpage.add_runtime(doc, "Runs in about 15 s on a CPU (quick profile).")
     top = doc[0]
-    i = next(i for i, c in enumerate(top.children) if isinstance(c, nodes.section))
-    line = top[i - 1]
-    assert isinstance(top[i - 2], nodes.admonition)
+    line = top[1]
+    assert isinstance(top[0], nodes.title)
     assert line.astext() == "Runs in about 15 s on a CPU (quick profile)." and "chapter-runtime" in line["classes"]
+    assert isinstance(top[2], nodes.paragraph)  # the opening text follows, then the objectives
     assert not chapterpage.add_runtime(doc, "again")  # a second read adds nothing
 
 

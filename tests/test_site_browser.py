@@ -89,6 +89,13 @@ def test_problems_of_flags_solutions_that_do_not_toggle(tmp_path):
     report["solutions"] = [{"id": "s3", "collapsed_before": True, "open_after": True, "cut": 2}]
     wide = check_browser.problems_of(report, tmp_path / "p.html", tmp_path, 1280, "https://github.com/o/r")
     assert "solution s3: 2 code block(s) wider than the solution box" in wide
+    report["first_screen"] = {"runtime": 1042, "objectives": 400}  # ch01 at 1280 px before the move
+    late = check_browser.problems_of(report, tmp_path / "p.html", tmp_path, 1280, "https://github.com/o/r")
+    assert "the run-time line ends 1042 px down (want within 800 px)" in late
+    assert not any("objectives" in p for p in late)
+    assert not any("run-time" in p for p in check_browser.problems_of(
+        report, tmp_path / "p.html", tmp_path, 400, "https://github.com/o/r"))  # two screens on a phone
+    report["first_screen"] = None
     report.update(widget_js=3, widgets={"views": 0, "drawn": 0})
     assert "3 widget script(s) loaded on a page with no widget view" in check_browser.problems_of(
         report, tmp_path / "p.html", tmp_path, 1280, "https://github.com/o/r")

@@ -18,6 +18,8 @@ and window width (1280 and 400 px) it asserts that
   1280 px its code fits the solution box (as wide as an ordinary cell's) without scrolling;
 - the launch buttons (Colab, Binder) point at this page's notebook in the repository named in
   _config.yml, and the download button at the page's own source file, which exists;
+- a chapter's run-time line and the start of its learning objectives are within the first 800 px at
+  1280 px and the first two screens (1600 px) at 400 px;
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
 - every header button that shows or hides a sidebar (the chapter list, the page contents) does
   something when tapped: a drawer opens on a phone, the sidebar hides on a desktop (``tap_toggles``:
@@ -50,6 +52,7 @@ from pathlib import Path
 
 WIDTHS = (1280, 400)
 HEIGHT = 900
+HEIGHT_FIRST = 800  # the first screen a chapter's title, run-time line and objectives must start on
 MAX_SHOT_PX = 60_000  # a full-page screenshot taller than this is cut
 PROFILE_PREFIX = "check-browser-"  # the profile folder of every Chromium a check starts
 MARK = "CHECK_BROWSER_PROFILE"  # in the environment of Chromium and of every process it starts
@@ -132,6 +135,12 @@ INSPECT = r"""
     item.cut = Array.from(sol.querySelectorAll("pre")).filter((p) => p.scrollWidth > p.clientWidth + 1).length;
     out.solutions.push(item);
   }
+  // The first screen of a chapter: where its run-time line and its objectives are (page y, px).
+  const runtime = document.querySelector("p.chapter-runtime");
+  const objectives = Array.from(document.querySelectorAll("article .admonition"))
+    .find((a) => /objectives/i.test((a.querySelector(".admonition-title") || a).textContent));
+  out.first_screen = runtime ? {runtime: Math.round(runtime.getBoundingClientRect().bottom + scrollY),
+    objectives: objectives ? Math.round(objectives.getBoundingClientRect().top + scrollY) : null} : null;
   // Launch and download links.
   out.links.launch = Array.from(document.querySelectorAll("a[href]")).map((a) => a.href)
     .filter((h) => /colab\.research\.google\.com|mybinder\.org|\/v2\/gh\//.test(h));
@@ -618,6 +627,13 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
             target = (page.parent / d.split("?")[0]).resolve()
             if target != source.resolve() or not target.exists():
                 problems.append(f"the download link {d} does not point at {source.relative_to(site)}")
+    first = report.get("first_screen")
+    if first:  # a chapter: title, run-time line and the objectives' start on the first screen (two on a phone)
+        limit = HEIGHT_FIRST * (1 if width >= 1000 else 2)
+        if first["runtime"] > limit:
+            problems.append(f"the run-time line ends {first['runtime']} px down (want within {limit} px)")
+        if first["objectives"] is None or first["objectives"] > limit:
+            problems.append(f"the learning objectives start {first['objectives']} px down (want within {limit} px)")
     nav = report.get("nav", {"present": False, "tapped": []})
     for t in nav["tapped"]:
         if not t["works"]:

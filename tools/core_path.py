@@ -130,9 +130,9 @@ def core_text(cells: list[dict]) -> str | None:
     core, whole = reading_minutes(cells), reading_minutes(cells, core_only=False)
     n = len(titles)
     return (f"Core path: about {max(5, 5 * round(core / 5))} min of reading, skipping the {n} section"
-            f"{'s' if n > 1 else ''} marked Optional (about {max(5, 5 * round(whole / 5))} min with them and "
-            f"the exercises; estimated at {WORDS_PER_MINUTE} words a minute and {SECONDS_PER_CODE_LINE} s a "
-            f"line of code).")
+            f"{'s' if n > 1 else ''} marked Optional ({max(5, 5 * round(whole / 5))} min with them and the "
+            f"exercises, at {WORDS_PER_MINUTE} words and {round(60 / SECONDS_PER_CODE_LINE)} lines of code a "
+            f"minute).")
 
 
 def _python(cell: dict) -> ast.Module | None:
