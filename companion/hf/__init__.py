@@ -85,9 +85,21 @@ given a window admitting w + 1 keys; the ``hf`` extra requires transformers 5, w
 this module also relies on.) tests/test_hf.py pins the convention: equal logits for
 ``sliding_window=w`` on sequences longer than w, different logits for ``sliding_window=w + 1``.
 
+What the target class decides, the conversion decides the same way (issue 46): the converted model
+rotates by the float32 frequencies transformers' model holds (its rotary module's ``inv_freq`` and
+``attention_scaling``, from transformers' own rope init functions; ours, rounded once from float64, are
+1-2 ulps away, which position m multiplies), and masks by token index whatever the position values
+(the soft-cap path included); a config key the class never reads (``sliding_window`` on Llama or
+DeepSeek-V3, ``attention_bias`` on Mistral / Mixtral) is not read here either
+(tests/test_hf_config_reads.py derives what each class reads from transformers at run time).
+
 Dtypes, tying, activations: a conversion keeps the source's dtype (``dtype=`` overrides it; a model of
-mixed dtypes needs it, apart from the modules a transformers class keeps in float32 itself, such as
-DeepSeek-V3's router), and RoPE frequencies stay float32 whatever the weights' dtype, on both sides.
+mixed dtypes needs it), apart from the tensors the target class keeps in float32 in a float16 /
+bfloat16 model (its ``_keep_in_fp32_modules`` / ``_keep_in_fp32_modules_strict``, read from the class:
+gpt-oss's norm gains in float16, DeepSeek-V3's router and correction bias): those stay float32 both
+ways, and our RMSNorm and router compute in their precision as transformers does. RoPE frequencies stay
+float32 whatever the weights' dtype, on both sides. DeepSeek-V3 with ``n_shared_experts=0`` converts
+(transformers builds a shared expert of width 0).
 Embeddings are tied when the two tensors are one (the same storage), never because their values
 happen to be equal (an untied model stays untied, as transformers keeps it by its flag): a model whose
 flag says tied but whose output matrix was replaced converts untied, with a warning (the companion
