@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 
-from companion.notebook.diagrams import kv_head_sharing, mla_flow
+from companion.notebook.diagrams_ch08 import kv_head_sharing, mla_flow
 from figure_layout import assert_readable_layout
 from figure_layout import texts as _texts
 
