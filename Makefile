@@ -19,6 +19,7 @@ NBVAL  := --nbval-current-env -p no:cacheprovider book
 # The numerically sensitive unit tests, run on the alternate kernel path too (issue 36): comparisons between two
 # computations whose tolerance must hold on any CPU's rounding (tests/tolerances.py).
 NUMERIC_TESTS := tests/test_hf.py tests/test_hf_defects.py tests/test_hf_patterns.py tests/test_hf_interop.py \
+	tests/test_hf_as_transformers.py tests/test_hf_config_reads.py tests/test_hf_sweep.py \
 	tests/test_families.py tests/test_attention.py tests/test_flash.py tests/test_blocks_basic.py tests/test_losses.py \
 	tests/test_moe.py tests/test_moe_mla.py tests/test_optim.py
 
