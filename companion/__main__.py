@@ -256,7 +256,9 @@ class _HelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     line breaks."""
 
 
-def _main(argv: list[str]) -> int:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The command line's parser; train, sample and translate get their full options only when ``argv``
+    names one of them (building them imports the model presets)."""
     parser = argparse.ArgumentParser(
         prog="python -m companion", formatter_class=_HelpFormatter, epilog=EXAMPLES,
         description="The companion library's command line: generate text, benchmark serving, train and sample.")
@@ -319,7 +321,11 @@ def _main(argv: list[str]) -> int:
 
     sub.add_parser("course", help="cut a course: student/instructor editions, its own site, slides",
                    add_help=False)  # parsed by companion.course, whose --help explains every option
+    return parser
 
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser(argv)
     if argv[:1] == ["course"]:
         from companion.course import main as course_main
 

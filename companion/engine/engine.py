@@ -116,9 +116,9 @@ class Engine:
         if page_size > self.context:  # a page holds one sequence's tokens: past the context it is memory never used
             raise ValueError(f"page_size must be at most the model's context ({self.context} tokens); got {page_size}")
         self.page_size = page_size
-        if max_batch_tokens > max_seqs * self.context:  # a step never feeds more than every sequence's whole context
-            raise ValueError(f"max_batch_tokens must be at most max_seqs * the model's context ({max_seqs} * "
-                             f"{self.context}); got {max_batch_tokens}")
+        # a step never feeds more than every running sequence's whole context: a larger budget is never
+        # spent, so it is capped there (10**12 would size the step's buffers at 10**12 rows)
+        max_batch_tokens = min(max_batch_tokens, max_seqs * self.context)
         self.kv: PagedKVCache | None = None
         if cache == "paged":
             n_pages = max_seqs * -(-self.context // page_size) if n_pages is None else int(n_pages)

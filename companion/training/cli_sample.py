@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import sys
 
+MAX_ALPHA = 10.0  # ((5 + length) / 6) ** alpha overflows a float past this for the longest translations
+
 __all__ = ["cmd_sample", "sample_lm", "slide", "crop_prompt", "load_for_sampling", "CONTEXT_RULE"]
 
 CONTEXT_RULE = ("A prompt longer than the model's context is cropped to its last context-length tokens (a note on "
@@ -106,8 +108,9 @@ def cmd_sample(args) -> int:
         raise ValueError(f"--beam-size must be >= 1; got {args.beam_size}")
     if not translating and not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature must be >= 0 and finite; got {args.temperature}")
-    if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
-        raise ValueError(f"--alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {args.alpha}")
+    if args.alpha is not None and not (math.isfinite(args.alpha) and 0 <= args.alpha <= MAX_ALPHA):
+        raise ValueError(f"--alpha must be in [0, {MAX_ALPHA:g}] (the length-penalty exponent; 0: none; a larger one "
+                         f"overflows the beam's scores); got {args.alpha}")
     model, tokenizer = load_for_sampling(args.checkpoint, check_device(args.device or "cpu"))
     seq2seq = model_kind(model) == "seq2seq"
     if translating and not seq2seq:
@@ -128,6 +131,9 @@ def cmd_sample(args) -> int:
         except ValueError:
             raise ValueError("this checkpoint has no tokenizer (synthetic data): --prompt must be space-separated token ids") from None
     if seq2seq:
+        if args.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1 to translate (the translation's tokens, its end token "
+                             f"included); got {args.max_new_tokens}")
         if not translating:
             print(f"note: {args.checkpoint} is an encoder-decoder checkpoint: sample translates the prompt, as "
                   "python -m companion translate does (the command's own name)", file=sys.stderr)

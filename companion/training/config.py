@@ -84,11 +84,15 @@ class TrainConfig:
         need(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
         need(self.schedule != "noam" or self.warmup >= 1, "warmup must be >= 1 with schedule='noam'")
         need(self.schedule != "cosine" or self.warmup < self.steps, f"warmup must be < steps={self.steps} with schedule='cosine'; got {self.warmup}")
-        need(0 <= self.lr_floor <= 1, f"lr_floor must be in [0, 1]; got {self.lr_floor}")
+        need(real(self.lr_floor) and 0 <= self.lr_floor <= 1, f"lr_floor must be in [0, 1]; got {self.lr_floor!r}")
+        need(self.grad_accum <= MAX_GRAD_ACCUM, f"grad_accum must be at most {MAX_GRAD_ACCUM} (micro-batches per step: more "
+             f"is beyond any run of the book, and one step would not end for hours); got {self.grad_accum}")
         need(self.grad_clip is None or (real(self.grad_clip) and self.grad_clip > 0),
              f"grad_clip must be > 0 and finite, or None; got {self.grad_clip}")
         need(real(self.label_smoothing) and 0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
-        need(self.eval_batches is None or self.eval_batches >= 1, f"eval_batches must be >= 1 or None; got {self.eval_batches}")
+        need(self.eval_batches is None or (isinstance(self.eval_batches, int) and not isinstance(self.eval_batches, bool)
+                                           and self.eval_batches >= 1),
+             f"eval_batches must be an int >= 1 or None; got {self.eval_batches!r}")
         need(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}; got {self.precision!r}")
         need(self.parallel in PARALLEL, f"parallel must be one of {PARALLEL}; got {self.parallel!r}")
         need(self.fsdp_reduce_dtype in REDUCE_PRECISIONS,
@@ -96,6 +100,9 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+MAX_GRAD_ACCUM = 4096  # micro-batches per optimizer step (TrainConfig.grad_accum's cap)
 
 
 # Resume compares these TrainConfig fields with the checkpoint's (steps only under the cosine
