@@ -13,6 +13,11 @@ What this package provides
 - ``check(name, fn, *, seed=None, time_limit=TIME_LIMIT)``: run the checker registered as ``name``;
   returns a ``Report``. Each call of ``fn`` (one per case) has ``time_limit`` seconds (default 10;
   None: no limit); a call that runs longer fails the check as ``TimeLimitExceeded``, naming the case.
+  With a limit the check runs in a forked child process (where fork exists and CUDA is not in use),
+  which is killed when a call outlives its limit by a second: an answer that swallows the in-process
+  interruption (a bare ``except:``, a ``finally:`` that loops) cannot hang the notebook, and nothing
+  the answer does in the child touches the caller's variables. An answer of the wrong kind (a string,
+  a list where a tensor belongs) fails the check too, not with a TypeError from the checker.
 - ``checkers()``: the registered names, by chapter.
 - ``ExerciseFailed``: the error a failed check raises (a subclass of ``AssertionError``);
   ``TimeLimitExceeded``, its subclass for an answer that did not return in time. Printed for the
