@@ -2,6 +2,7 @@
 pages, and continuous-batching throughput. Prints markdown tables (pasted into benchmarks/README.md).
 
     .venv/bin/python benchmarks/serving.py [decode|memory|prefix|quant|scores|throughput|hf|hf24|bandwidth|gather|all]
+    .venv/bin/python benchmarks/serving.py trees OTHER_CHECKOUT [rounds]   # this tree's engine against another's
 
 Every experiment uses randomly initialised toy models: the numbers measure the machinery (time per
 token, bytes held), not text quality.
@@ -674,6 +675,110 @@ def bench_gather(batch=16, context=1024, steps=8, d_model=256, n_layers=4, n_hea
     return {"median": med, "copied_bytes": copied}
 
 
+def _tree_worker() -> None:
+    """One side of ``bench_trees``: the companion package importable here (PYTHONPATH: the tree) serves
+    bench_hf's mixed workload (16 requests, prompts 16..64, 8..64 new tokens, llama-like d=128, 4
+    layers) with the eager Engine and transformers' eager generate(), one round per line read from
+    stdin ("go"), and prints one JSON line: both walls, and a digest of each stack's tokens."""
+    import hashlib
+    import json
+
+    import companion
+    from companion.hf import to_hf
+
+    torch.manual_seed(4)
+    model = from_preset("llama-like", d_model=128, n_layers=4, n_heads=4, max_seq_len=512).eval()
+    rng = random.Random(4)
+    prompts = [[rng.randrange(256) for _ in range(rng.randint(16, 64))] for _ in range(16)]
+    lens = [rng.randint(8, 64) for _ in range(16)]  # bench_hf's "mixed" workload
+    hf = to_hf(model, attn_implementation="sdpa").eval()
+    hf.generation_config.eos_token_id = None
+    ids, att = left_padded(prompts)
+    params = [SamplingParams(max_new_tokens=k) for k in lens]
+    digest = lambda toks: hashlib.sha256(repr(toks).encode()).hexdigest()[:12]  # noqa: E731
+    print(json.dumps({"package": companion.__file__}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        with torch.no_grad():
+            start, cpu = time.perf_counter(), time.process_time()
+            out = hf.generate(ids, attention_mask=att, max_new_tokens=max(lens), do_sample=False, pad_token_id=0, use_cache=True)
+            hf_wall, hf_cpu = time.perf_counter() - start, time.process_time() - cpu
+        hf_tokens = [row[:k] for row, k in zip(out[:, ids.shape[1]:].tolist(), lens)]
+        engine = Engine(model, page_size=16, max_batch_tokens=1024, max_seqs=16)
+        start, cpu = time.perf_counter(), time.process_time()
+        outs = engine.generate(prompts, params)
+        engine_wall, engine_cpu = time.perf_counter() - start, time.process_time() - cpu
+        tokens = [o.tokens for o in outs]
+        print(json.dumps({"hf": hf_wall, "engine": engine_wall, "hf_cpu": hf_cpu, "engine_cpu": engine_cpu, "engine_tokens": digest(tokens), "hf_tokens": digest(hf_tokens),
+                          "identical": sum(a == b for a, b in zip(tokens, hf_tokens)), "generated": sum(lens)}), flush=True)
+
+
+def bench_trees(other: str, rounds: int = 9) -> dict:
+    """This tree's Engine against another tree's (``other``: a checkout, e.g. ``git worktree add
+    /tmp/orig 26bdf99``), each against transformers' eager generate(), in one run: two worker
+    processes (``_tree_worker``, one per tree, one thread each) take turns, round by round (this,
+    other, other, this, ...), after one untimed warm-up round each. Best of ``rounds`` (the least
+    disturbed round on a shared machine) and the median are reported; the tokens must be identical
+    across the trees and to transformers'."""
+    import json
+    import os
+    import statistics
+    import subprocess
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent.parent)
+    trees = {"this tree": here, "other tree": str(Path(other).resolve())}
+    workers = {}
+    for name, root in trees.items():
+        env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS="1")
+        workers[name] = subprocess.Popen([sys.executable, __file__, "_worker"], cwd=root, env=env, text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        package = json.loads(workers[name].stdout.readline())["package"]
+        assert package.startswith(root), f"{name} imported {package}, not its own tree {root}"
+    runs = {name: [] for name in trees}
+
+    def one(name):
+        workers[name].stdin.write("go\n")
+        workers[name].stdin.flush()
+        return json.loads(workers[name].stdout.readline())
+
+    for name in trees:  # warm-up
+        one(name)
+    order = list(trees)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            runs[name].append(one(name))
+    for w in workers.values():
+        w.stdin.close()
+        w.wait()
+    print(f"\n### The engine of two trees against transformers generate(), eager, one thread each: mixed workload "
+          f"(16 requests, prompts 16..64, 8..64 new tokens), llama-like d=128, 4 layers; {rounds} interleaved rounds\n")
+    print("wall: elapsed seconds; CPU: the worker's process time (one thread), less disturbed by other jobs on a "
+          "shared machine. Best (least disturbed) round and median.\n")
+    print("| tree | engine wall s best / median | engine CPU s best / median | transformers wall s best / median | "
+          "transformers CPU s best / median | vs transformers, wall (best / median) | vs transformers, CPU (best / median) | identical to transformers |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    result = {}
+    med = statistics.median
+    for name, root in trees.items():
+        rs = runs[name]
+        col = {k: [x[k] for x in rs] for k in ("engine", "hf", "engine_cpu", "hf_cpu")}
+        wall_ratio, cpu_ratio = [x["hf"] / x["engine"] for x in rs], [x["hf_cpu"] / x["engine_cpu"] for x in rs]
+        result[name] = {k: (min(v), med(v)) for k, v in col.items()}
+        cells = " | ".join(f"{min(col[k]):.3f} / {med(col[k]):.3f}" for k in ("engine", "engine_cpu", "hf", "hf_cpu"))
+        print(f"| {name} ({root}) | {cells} | {min(col['hf']) / min(col['engine']):.2f}x / {med(wall_ratio):.2f}x | "
+              f"{min(col['hf_cpu']) / min(col['engine_cpu']):.2f}x / {med(cpu_ratio):.2f}x | {rs[0]['identical']}/16 |")
+    a, b = runs["this tree"], runs["other tree"]
+    assert {x["engine_tokens"] for x in a} == {x["engine_tokens"] for x in b}, "the two trees' engines must give the same tokens"
+    speed = {k: (min(x[k] for x in b) / min(x[k] for x in a), med(x[k] for x in b) / med(x[k] for x in a)) for k in ("engine", "engine_cpu")}
+    print(f"\nthis tree's engine against the other's (other's time / this one's): wall {speed['engine'][0]:.3f}x best, "
+          f"{speed['engine'][1]:.3f}x median; CPU {speed['engine_cpu'][0]:.3f}x best, {speed['engine_cpu'][1]:.3f}x median. "
+          f"Tokens identical across the trees: yes")
+    result["speed"] = speed
+    return result
+
+
 BENCHES = {"hf": bench_hf_sizes, "decode": bench_decode, "memory": bench_memory, "prefix": bench_prefix, "quant": bench_quant, "scores": bench_quant_scores, "throughput": bench_throughput}
 BENCHES["bandwidth"] = bench_bandwidth
 BENCHES["gather"] = bench_gather
@@ -681,6 +786,14 @@ BENCHES["hf24"] = bench_hf_read
 
 if __name__ == "__main__":
     which = sys.argv[1:] or ["all"]
+    if which[0] == "_worker":  # one side of ``bench_trees``
+        torch.set_num_threads(1)
+        _tree_worker()
+        sys.exit(0)
+    if which[0] == "trees":  # serving.py trees OTHER_CHECKOUT [rounds]
+        torch.set_num_threads(1)
+        bench_trees(which[1], *(int(x) for x in which[2:3]))
+        sys.exit(0)
     torch.set_num_threads(1)  # one thread: timings less sensitive to other jobs on a shared machine
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name in BENCHES if "all" in which else which:
