@@ -246,3 +246,28 @@ def test_sample_reads_the_repositorys_reference_decoder(capsys):
     assert capsys.readouterr().out.startswith("ROMEO:")
     fails(["translate", "--checkpoint", str(ROOT / "data/reference/ch03-translator"), "--prompt", "In"],
           "is a reference model of the book (companion.data.reference's format", capsys)
+
+
+def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
+    from companion.training import cli
+
+    def interrupted(sub):  # Ctrl-C while the parsers import the model presets
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "add_subcommands", interrupted)
+    assert main(["train", "--help"]) == 130
+    err = capsys.readouterr().err
+    assert err == "train: interrupted\n"
+
+
+def test_a_full_disk_during_a_course_cut_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from companion import course
+
+    def full(staged, out):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "book"))
+
+    monkeypatch.setattr(course, "merge_course", full)
+    fails(["course", "--chapters", "1", "--book", str(ROOT), "--out", str(tmp_path / "course")],
+          f"--out {tmp_path / 'course'}: the course could not be written: No space left on device", capsys)
