@@ -227,7 +227,7 @@ def test_the_record_is_what_book_png_writes(tmp_path):
     """The record the tests plant is the one the book's figures carry, read back from a real figure."""
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
-    from companion.notebook.diagrams import attention_steps
+    from companion.notebook.diagrams_ch01 import attention_steps
 
     data, meta = book_png(attention_steps())
     text, ratio = read_figure_record(data)
