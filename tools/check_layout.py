@@ -107,7 +107,9 @@ MEASURE = r"""
   const columnOf = (el, holder) => {
     const article = contentBox(el.closest("article.bd-article, article, main, [role=main]") || document.body);
     if (!holder || !holder.closest("article, main, [role=main]")) return article;
-    const own = contentBox(holder);
+    // A worked solution's cells take the solution box's full width (_static/companion.css)
+    const sol = el.closest("div.cell") && holder.closest("div.solution.dropdown");
+    const own = sol && innerWidth >= 768 ? sol.getBoundingClientRect() : contentBox(holder);
     return {left: Math.max(own.left, article.left), right: Math.min(own.right, article.right)};
   };
   const sectionOf = (el) => {
