@@ -10,7 +10,8 @@ The reading time is an estimate, not a measurement: the core's prose at 120 word
 line of code the page shows, up to the Exercises. The pace is calibrated on the fourth-pass reviewers'
 report that the whole chapters took 2-3 hours to read with their exercises (at this pace the whole
 chapters, exercises included, estimate at 1.1 to 2.1 hours). Cells tagged ``remove-cell``,
-``remove-input``, ``hide-input`` or ``hide-cell`` are not shown, so they are not read. tools/chapterpage.py
+``remove-input``, ``hide-input`` or ``hide-cell`` are not shown, so they are not read; nor is the set-up
+cell's list of imports. tools/chapterpage.py
 prints it beside the run-time line; ``python tools/core_path.py book/ch02_positions.ipynb`` prints it here.
 
 ``core_problems`` is the static check tests/test_core_path.py runs: a core code cell must not read a
@@ -113,9 +114,15 @@ def reading_minutes(cells: list[dict], *, core_only: bool = True) -> float:
                 words += len(WORD.findall(text[: cut.start()]))
                 break
             words += len(WORD.findall(text))
-        elif cell.get("cell_type") == "code" and not (_tags(cell) & HIDDEN_TAGS):
+        elif cell.get("cell_type") == "code" and not (_tags(cell) & HIDDEN_TAGS) and not _is_setup(cell):
             lines += sum(1 for line in _source(cell).splitlines() if line.strip())
     return words / WORDS_PER_MINUTE + lines * SECONDS_PER_CODE_LINE / 60
+
+
+def _is_setup(cell: dict) -> bool:
+    """The set-up cell (imports and ``P = companion.profile()``): shown so that copied code runs, but a
+    list of imports is looked up, not read line by line, so it is not counted."""
+    return "companion.profile()" in _source(cell)
 
 
 def optional_titles(cells: list[dict]) -> list[str]:
