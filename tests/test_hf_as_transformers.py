@@ -166,7 +166,10 @@ def test_untied_model_with_equal_matrices_stays_untied(preset):
     _sgd_step(ours.train(), lambda m, x: m(x), idx)
     _sgd_step(theirs.train(), lambda m, x: m(x).logits, idx)
     diff, atol = max_logit_difference(ours, theirs, idx)
-    assert diff <= 10 * atol, (diff, atol)  # one step of float32 gradients on each side: a looser bound
+    # the forward after the step is bounded by atol (its rounding, measured on transformers' side); the step
+    # itself moved the weights by lr times a float32 gradient on each side, the backward of the same
+    # forward, whose rounding is of the same size again: twice the bound (26bdf99: 1.1-3.0 apart)
+    assert diff <= 2 * atol, (diff, atol)
     exported = to_hf(ours)
     assert not exported.config.tie_word_embeddings
 
