@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from companion import course
-from companion.course.folder import RECORD, merge_course, read_record
+
+RECORD, merge_course = course.RECORD, course.merge_course
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +56,7 @@ def test_a_record_reaching_out_through_a_link_is_refused(tmp_path):
     (out / "book").symlink_to(outside, target_is_directory=True)
     (out / RECORD).write_text(json.dumps({"book/notes.md": sha(outside / "notes.md")}))
     with pytest.raises(ValueError, match="'book/notes.md' of its course record"):
-        read_record(out)
+        merge_course(staged_cut(tmp_path), out)
     assert (outside / "notes.md").read_text() == "mine"
 
 
@@ -70,7 +71,7 @@ def test_a_malformed_record_is_one_clear_error(tmp_path, record, rule):
     out.mkdir()
     (out / RECORD).write_text(record)
     with pytest.raises(ValueError, match=rule):
-        read_record(out)
+        merge_course(staged_cut(tmp_path), out)
 
 
 def test_a_plain_record_is_read_and_its_unedited_files_replaced(tmp_path):
