@@ -58,7 +58,7 @@ def test_each_rule_on_a_planted_chapter():
     assert tags[0] == [] and tags[4] == [] and tags[6] == []          # title, prose, the first section
     assert tags[1] == ["remove-cell"]                                  # rule 1 (hide-cell replaced)
     assert tags[2] == ["remove-cell"]                                  # rule 3: "The next cell ..."
-    assert tags[3] == ["remove-cell"]                                  # rule 2 (hide-input replaced)
+    assert tags[3] == []                                               # rule 2: the set-up cell shown
     assert tags[5] == ["remove-cell"]                                  # rule 3: code before the first section
     assert tags[7] == ["remove-output", "slide", "hide-input"]         # rule 4
     assert tags[8] == ["remove-output", "remove-input"]                # rule 4, already hidden: unchanged
@@ -83,7 +83,7 @@ def test_check_names_the_cell_and_exits_1(tmp_path, capsys):
     assert tag_cells.main(["--check", str(path)]) == 1
     assert path.read_text() == before  # --check writes nothing
     out = capsys.readouterr().out
-    assert "the set-up cell (rule 2): needs 'remove-cell', has ['hide-input']" in out
+    assert "the set-up cell (rule 2): needs 'shown', has ['hide-input']" in out
 
 
 def test_only_tags_change():

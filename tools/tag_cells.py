@@ -10,7 +10,10 @@ item 4: the first screen is the chapter's opening, objectives and its run time, 
 
 1. **The Colab bootstrap cell** (written by tools/sync_bootstrap.py) is ``remove-cell``.
 2. **The set-up cell**, the code cell that calls ``companion.profile()`` (imports, the profile and its
-   grey ``profile=quick device=cpu seed=0`` line), is ``remove-cell``, wherever it is.
+   grey ``profile=quick device=cpu seed=0`` line), is *shown*: no hiding tag (issue 49, item 3: the
+   code on the page runs when copied into a fresh kernel, so the imports and ``P`` it uses are on the
+   page; tests/test_page_code.py checks every chapter). It sits after the opening and the objectives,
+   below the first screen, which the run-time line under the title now opens.
 3. **Before the first section** (the first ``## `` heading), every other code cell is ``remove-cell``,
    and so is a Markdown cell that introduces the removed set-up ("The next cell ..."). The first
    cell (label, title, opening, objectives) and other prose stay.
@@ -22,7 +25,7 @@ item 4: the first screen is the chapter's opening, objectives and its run time, 
    printed table stays, the file handling folds away. (Not removed: such a cell can carry a
    ``claim-`` tag that the index of checked claims links to.)
 
-A rule only adds tags, and a tag it adds replaces the weaker ones it contradicts (``remove-cell``
+A rule only adds tags (rule 2 only takes hiding tags away), and a tag it adds replaces the weaker ones it contradicts (``remove-cell``
 replaces ``hide-cell``/``hide-input``/``remove-input``/``remove-output``); a cell already tagged as a
 rule wants is left alone, so running it twice changes nothing. tests/test_cell_tags.py checks that
 every chapter obeys the rules, so a new chapter cannot bring the plumbing back onto its first screen.
@@ -38,6 +41,7 @@ from pathlib import Path
 
 REMOVE = "remove-cell"
 HIDE = "hide-input"
+SHOW = "shown"  # not a tag: the cell carries none of HIDDEN
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 BOOTSTRAP_MARK = "tools/sync_bootstrap.py"
 # Chapters being edited when the rules came in (issue 39), to be tagged by running this script on them and
@@ -75,7 +79,7 @@ def wanted(nb: dict) -> dict[int, tuple[str, str]]:
         if "google.colab" in text and BOOTSTRAP_MARK in text:
             out[i] = (REMOVE, "the Colab bootstrap (rule 1)")
         elif "companion.profile()" in text:
-            out[i] = (REMOVE, "the set-up cell (rule 2)")
+            out[i] = (SHOW, "the set-up cell (rule 2)")
         elif before_first_section:
             out[i] = (REMOVE, "code before the first section (rule 3)")
         elif FIGURE_CODE.search(text) or "figure" in cell.get("metadata", {}).get("mystnb", {}):
@@ -86,6 +90,8 @@ def wanted(nb: dict) -> dict[int, tuple[str, str]]:
 
 
 def obeys(tags: list[str], tag: str) -> bool:
+    if tag == SHOW:
+        return not HIDDEN & set(tags)
     if tag == REMOVE:
         return REMOVE in tags
     return bool(HIDDEN & set(tags))
@@ -103,6 +109,10 @@ def apply(nb: dict) -> int:
         cell = nb["cells"][i]
         tags = _tags(cell)
         if obeys(tags, tag):
+            continue
+        if tag == SHOW:
+            cell.setdefault("metadata", {})["tags"] = [t for t in tags if t not in HIDDEN]
+            changed += 1
             continue
         if tag == REMOVE:
             tags = [t for t in tags if t not in ("hide-cell", "hide-input", "remove-input", "remove-output")]

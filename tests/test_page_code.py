@@ -1,0 +1,62 @@
+"""The code on the page runs when copied (issue 49, item 3): every name a visible code cell reads is
+defined by a visible cell, so a reader who copies the page's cells in order into a fresh kernel (with the
+package installed) gets no NameError; in particular the imports and ``P = companion.profile()`` are shown.
+
+A static check (the names each cell binds and reads, tools/core_path.py's reading of a cell): running every
+chapter's visible cells again would take as long as the chapters themselves. Cells tagged ``remove-cell``,
+``remove-input`` or ``hide-cell`` are not shown as code on the page (``hide-input`` cells are: folded, one
+click away); the Colab bootstrap cell is removed and defines nothing the chapter reads."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import core_path  # noqa: E402
+
+CHAPTERS = sorted((ROOT / "book").glob("ch[0-9][0-9]_*.ipynb"))
+NOT_SHOWN = {"remove-cell", "remove-input", "hide-cell"}
+
+
+def code(text: str, *tags: str) -> dict:
+    return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": text, "outputs": []}
+
+
+def hidden_names(cells: list[dict]) -> list[str]:
+    """Visible cells that read a name only a cell the page does not show has defined."""
+    shown, hidden, out = set(dir(builtins)), set(), []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        tree = core_path._python(cell)
+        if tree is None:
+            continue
+        bound, read = core_path._names(tree)
+        if set(cell.get("metadata", {}).get("tags", [])) & NOT_SHOWN:
+            hidden |= bound
+            continue
+        shown |= bound
+        missing = sorted((read & hidden) - shown)
+        if missing:
+            out.append(f"cell {i} ({cell.get('id', '?')}): reads {', '.join(missing)}, defined only in a cell the "
+                       "page does not show")
+    return out
+
+
+def test_a_name_from_a_removed_cell_is_reported():
+    cells = [code("import torch\nP = make()", "remove-cell"), code("x = P.steps(quick=3)")]
+    assert hidden_names(cells) == ["cell 1 (?): reads P, defined only in a cell the page does not show"]
+    cells[0]["metadata"]["tags"] = []  # the set-up cell shown: fine
+    assert hidden_names(cells) == []
+    assert hidden_names([code("y = 1", "hide-input"), code("print(y)")]) == []  # folded, still on the page
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_the_page_shows_every_name_its_code_reads(path):
+    problems = hidden_names(core_path.load(path))
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
