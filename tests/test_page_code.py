@@ -5,11 +5,16 @@ package installed) gets no NameError; in particular the imports and ``P = compan
 A static check (the names each cell binds and reads, tools/core_path.py's reading of a cell): running every
 chapter's visible cells again would take as long as the chapters themselves. Cells tagged ``remove-cell``,
 ``remove-input`` or ``hide-cell`` are not shown as code on the page (``hide-input`` cells are: folded, one
-click away); the Colab bootstrap cell is removed and defines nothing the chapter reads."""
+click away); the Colab bootstrap cell is removed and defines nothing the chapter reads.
+
+Also (item 4): no shown cell builds a live widget (a static page has no kernel: the chapters show
+pre-drawn frames and keep the live explorers off the page), and no text asks the reader to move a
+control the page lacks or speaks of the test suite."""
 
 from __future__ import annotations
 
 import builtins
+import re
 import sys
 from pathlib import Path
 
@@ -59,4 +64,37 @@ def test_a_name_from_a_removed_cell_is_reported():
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_the_page_shows_every_name_its_code_reads(path):
     problems = hidden_names(core_path.load(path))
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+LIVE_WIDGET = re.compile(r"\b\w+_explorer\(")  # companion.notebook.widgets' live explorers
+ABSENT_CONTROLS = re.compile(r"run the notebook to move|drag the slider|move the (two )?sliders|test suite", re.I)
+
+
+def absent_things(cells: list[dict]) -> list[str]:
+    """What the page refers to without having it: a shown cell that builds a live widget (its output is
+    removed or dead on a static page), and text that asks the reader to move controls the page lacks."""
+    out = []
+    for i, cell in enumerate(cells):
+        text = core_path._source(cell)
+        shown = not set(cell.get("metadata", {}).get("tags", [])) & NOT_SHOWN
+        if cell.get("cell_type") == "code" and shown and LIVE_WIDGET.search(text):
+            out.append(f"cell {i}: a shown cell builds a live widget, which a static page cannot run")
+        if cell.get("cell_type") == "markdown" and ABSENT_CONTROLS.search(text):
+            out.append(f"cell {i}: the text refers to {ABSENT_CONTROLS.search(text).group(0)!r}, which the page lacks")
+    return out
+
+
+def test_live_widgets_and_absent_controls_are_reported():
+    md = {"cell_type": "markdown", "metadata": {}, "source": "Drag the slider; run the notebook to move it."}
+    planted = [code("sampling_explorer(logits, labels)", "nbval-ignore-output"), md]
+    found = absent_things(planted)
+    assert found[0] == "cell 0: a shown cell builds a live widget, which a static page cannot run"
+    assert "cell 1: the text refers to 'Drag the slider'" in found[1]
+    assert absent_things([code("sampling_explorer(logits, labels)", "remove-cell")]) == []
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_nothing_on_the_page_refers_to_what_is_not_there(path):
+    problems = absent_things(core_path.load(path))
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
