@@ -27,7 +27,8 @@ def fails(argv, message, capsys):
 def test_sample_refuses_a_nan_alpha(tmp_path, capsys):
     for alpha in ("nan", "inf", "-1"):
         fails(["sample", "--checkpoint", str(tmp_path), "--prompt", "x", "--alpha", alpha],
-              f"error: --alpha must be >= 0 and finite (the length-penalty exponent; 0: none); got {float(alpha)}",
+              f"error: --alpha must be in [0, 10] (the length-penalty exponent; 0: none; a larger one overflows "
+              f"the beam's scores); got {float(alpha)}",
               capsys)
 
 
