@@ -265,6 +265,18 @@ def test_planted_setup_cell_before_the_first_section(browser, tmp_path):
     assert "no run-time line before the first section (tools/chapterpage.py)" in check_layout.problems_of(report)
 
 
+def test_the_shown_setup_cell_after_the_objectives_belongs(browser, tmp_path):
+    """Issue 49, item 3: the imports and P are shown so copied code runs; after the objectives they are
+    no problem, and the same cell before the objectives still is (planted)."""
+    setup = ('<div class="cell docutils container"><div class="cell_input"><pre>import companion\n'
+             "P = companion.profile()</pre></div><div class=\"cell_output\"><pre>profile=quick</pre></div></div>")
+    report, problems = measured(browser, tmp_path, chapter_top(RUNTIME + setup), 1280)
+    assert problems == [], problems
+    early = chapter_top(RUNTIME).replace("<p>Opening.</p>", "<p>Opening.</p>" + setup)
+    report, problems = measured(browser, tmp_path, early, 1280)
+    assert len(problems) == 1 and problems[0].startswith("before the first section: div.cell"), problems
+
+
 def em_equation(number: str, ems: float, label: str) -> str:
     """An equation whose typeset width scales with its font size, as MathJax's does (widths in em)."""
     return equation(number, 0, label).replace("width: 0px", f"width: {ems}em")

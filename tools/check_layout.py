@@ -242,16 +242,22 @@ MEASURE = r"""
   }
   // The first screen: what the chapter's top section shows before its first section. Text (paragraphs,
   // lists), admonitions (the learning objectives) and the run-time line are what belongs there.
+  // After the objectives, the set-up cell is shown as it is (imports and the profile: the code on the page
+  // runs when copied, tools/tag_cells.py rule 2); folded behind a toggle or before the objectives it is not.
   out.intro = [];
   const topSection = document.querySelector("article section");
   if (topSection && topSection.querySelector(":scope > h1")) {
+    let objectivesSeen = false;
     for (const el of topSection.children) {
       if (el.tagName === "SECTION") break;
       const r = el.getBoundingClientRect();
       if (r.height === 0 || getComputedStyle(el).display === "none") continue;
       const text = ["P", "H1", "UL", "OL", "DL", "BLOCKQUOTE", "SPAN", "A"].includes(el.tagName);
       const admonition = el.tagName === "DIV" && el.classList.contains("admonition");
-      const bad = !((text || admonition) && !el.querySelector("div.cell, details, button, pre, img"));
+      const setup = objectivesSeen && el.tagName === "DIV" && el.classList.contains("cell") &&
+        /companion\.profile\(/.test(el.textContent) && !el.querySelector("details, .toggle-button");
+      objectivesSeen = objectivesSeen || admonition;
+      const bad = !setup && !((text || admonition) && !el.querySelector("div.cell, details, button, pre, img"));
       out.intro.push({tag: el.tagName.toLowerCase() + (el.className ? "." + String(el.className).split(" ").join(".") : ""),
                       text: el.textContent.replace(/\s+/g, " ").trim().slice(0, 50), ok: !bad,
                       runtime: el.classList.contains("chapter-runtime")});
@@ -425,7 +431,8 @@ def problems_of(report: dict) -> list[str]:
     for item in intro:
         if not item["ok"]:
             problems.append(f"before the first section: {item['tag']} '{item['text']}' (only the opening text, "
-                            "the objectives and the run-time line belong there; tag set-up cells: tools/tag_cells.py)")
+                            "the objectives, the run-time line and, after the objectives, the shown set-up cell belong "
+                            "there: tools/tag_cells.py)")
     if report.get("chapter") and intro and not any(i.get("runtime") for i in intro):
         problems.append("no run-time line before the first section (tools/chapterpage.py)")
     for t in report.get("tables", []):
