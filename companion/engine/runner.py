@@ -47,8 +47,8 @@ class Runner:
         """Logits (B, V) of each sequence's last fed row."""
         if self.decode_step is not None and context.decoding:
             return self.decode_step(context)
-        batch = self.paged_batch(self.kv, context)
-        return context.last_rows(self.model(context.input_ids[None], cache=batch, positions=context.positions)[0])
+        cache = self.paged_batch(self.kv, context)  # the step's view of the pages: what each layer reads K/V from
+        return context.last_rows(self.model(context.input_ids[None], cache=cache, positions=context.positions)[0])
 
     @torch.inference_mode()  # no autograd bookkeeping at all (a little cheaper than no_grad per op)
     def run(self, batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:

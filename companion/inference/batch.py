@@ -184,10 +184,11 @@ class StepBuffers:
         self.seqs[:, B:Bb] = self._seq_pad[:, : Bb - B]
         self.block_tables[:Bb].zero_()
         self.block_tables[:B, :W] = torch.tensor([t + [0] * (W - len(t)) for t in tables], dtype=torch.long)
-        r = self.rows
+        per_row = dict(zip(ROW_PAD, self.rows[:, :N]))  # input_ids, positions, slot_mapping, row_seq, seat_rows
+        per_seq = dict(zip(SEQ_PAD, self.seqs[:, :B]))  # context_lens, seats
         return StepContext(
-            r[0, :N], r[1, :N], r[2, :N], r[3, :N], r[4, :N], self.block_tables[:B, :W], self.seqs[0, :B],
-            self.seqs[1, :B], list(caches), list(new_lengths), ends, [list(t) for t in tables], self,
+            **per_row, **per_seq, block_tables=self.block_tables[:B, :W], caches=list(caches),
+            new_lengths=list(new_lengths), ends=ends, tables=[list(t) for t in tables], buffers=self,
         )
 
 
