@@ -216,3 +216,90 @@ def test_header_buttons_must_open_their_drawers(tmp_path, capsys):
     hidden = NAV.format(secondary="").replace('class="primary-toggle"', 'class="primary-toggle" hidden')
     rc, out = _check(tmp_path, capsys, "no_menu.html", hidden)
     assert "no visible button opens the chapter list" in out
+
+
+SIDEBAR = """<!doctype html><html><head><meta charset="utf-8"></head><body style="font: 16px sans-serif">
+<div class="bd-sidebar-primary" style="width: 185px"><nav>
+<a href="#" style="display: block">1. Attention</a>
+<a href="#" style="display: block">{long}</a>
+</nav></div></body></html>"""
+
+
+@needs_chrome
+def test_a_sidebar_entry_over_two_lines_is_reported(tmp_path, capsys):
+    """At 1280 px each entry of the chapter list takes at most two lines (the 205 px sidebar wrapped
+    ch06's and ch12's titles to four); on a phone the list is a drawer and is not measured."""
+    long = "12. Paged KV caches, prefix sharing, quantisation and continuous batching"  # planted
+    (tmp_path / "nav.html").write_text(SIDEBAR.format(long=long))
+    args = ["--pages", "nav.html", "--no-screenshots", "--config", str(ROOT / "_config.yml")]
+    rc = check_browser.main([str(tmp_path), "--widths", "1280", *args])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "1 sidebar entry takes more than 2 lines: '12. Paged KV caches, prefix sharing" in out
+    assert "'1. Attention'" not in out
+    assert check_browser.main([str(tmp_path), "--widths", "400", *args]) == 0, capsys.readouterr().out
+    (tmp_path / "nav.html").write_text(SIDEBAR.format(long="12. Paged caches and batching"))
+    assert check_browser.main([str(tmp_path), "--widths", "1280", *args]) == 0, capsys.readouterr().out
+
+
+@needs_chrome
+def test_the_landing_page_must_link_every_page_of_the_table_of_contents(tmp_path, capsys):
+    """The landing page (the table of contents' root) links each listed page from its own text; a link
+    in the sidebar does not count (the phone's sidebar is a drawer)."""
+    (tmp_path / "book").mkdir()
+    for name in ("ch01_a", "ch02_b"):
+        (tmp_path / "book" / f"{name}.html").write_text("<p>a chapter</p>")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - caption: Part I\n"
+                                       "    chapters:\n      - file: book/ch01_a\n      - file: book/ch02_b\n"
+                                       "        title: B\n")
+    page = ('<!doctype html><html><head><meta charset="utf-8"></head><body>'
+            '<nav><a href="ch02_b.html">B</a></nav><article>{links}</article></body></html>')
+    args = [str(tmp_path), "--pages", "book/intro.html", "--widths", "400", "--no-screenshots",
+            "--config", str(ROOT / "_config.yml"), "--toc", str(tmp_path / "_toc.yml")]
+    (tmp_path / "book" / "intro.html").write_text(page.format(links='<a href="ch01_a.html#top">A</a>'))
+    rc, out = check_browser.main(args), capsys.readouterr().out
+    assert rc == 1
+    assert "the landing page links 1 of the 2 pages of the table of contents; not: book/ch02_b" in out
+    (tmp_path / "book" / "intro.html").write_text(page.format(links='<a href="ch01_a.html">A</a> '
+                                                                    '<a href="./ch02_b.html">B</a>'))
+    assert check_browser.main(args) == 0, capsys.readouterr().out
+
+
+def _search_site(tmp_path: Path, name: str, fix: bool) -> Path:
+    """A two-page Sphinx site whose search finds a formula: with ``fix``, it loads the book's
+    _static/search_snippets.js as the book does."""
+    import subprocess
+
+    src, out = tmp_path / f"{name}-src", tmp_path / name
+    (src / "_static").mkdir(parents=True)
+    (src / "_static" / "search_snippets.js").write_text((ROOT / "_static" / "search_snippets.js").read_text())
+    (src / "_static" / "nomath.js").write_text("")  # no MathJax from the network
+    (src / "conf.py").write_text("extensions = ['sphinx.ext.mathjax']\nhtml_theme = 'basic'\n"
+                                 "html_static_path = ['_static']\nmathjax_path = 'nomath.js'\n"
+                                 + ("html_js_files = ['search_snippets.js']\n" if fix else ""))
+    (src / "index.rst").write_text("Scores\n======\n\n.. toctree::\n\n   plain\n\nAttention divides by "
+                                   ":math:`\\sqrt{d_k}` and by :math:`\\frac{1}{\\tau}` before the softmax.\n\n"
+                                   ".. math:: \\alpha_{ij} = \\mathrm{softmax}(s)_j\n")
+    (src / "plain.rst").write_text("Plain\n=====\n\nA page without formulas.\n")
+    subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)], check=True)
+    return out
+
+
+@needs_chrome
+def test_search_snippets_with_raw_tex_are_reported(tmp_path, capsys):
+    """Sphinx builds a search result's snippet from the page's HTML, where MathJax has not run: a
+    plain site shows `\\(\\sqrt{d_k}\\)` (planted); the book's search_snippets.js shows plain text."""
+    args = ["--pages", "plain.html", "--widths", "400", "--no-screenshots", "--config", str(ROOT / "_config.yml"),
+            "--search", "attention"]
+    plain = _search_site(tmp_path, "plain", fix=False)
+    rc, out = check_browser.main([str(plain), *args]), capsys.readouterr().out
+    assert rc == 1
+    assert "search 'attention': 1 results, 1 snippets: 1 of 1 snippets show raw TeX, e.g. '..." in out
+    assert "Attention divides by \\(\\sqrt{d_k}\\) and by \\(\\frac{1}" in out
+    fixed = _search_site(tmp_path, "fixed", fix=True)
+    assert check_browser.main([str(fixed), *args]) == 0, capsys.readouterr().out
+    with check_browser.Browser(check_browser.find_chrome()) as browser, check_browser.served(fixed) as base:
+        browser.allow = (base,)
+        state = check_browser.search_snippets(browser, base, "attention")
+    assert state["results"] == 1
+    assert "Attention divides by √d_k and by (1)/(τ) before the softmax. α_ij = softmax(s)_j" in state["snippets"][0]

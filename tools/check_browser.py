@@ -21,10 +21,19 @@ and window width (1280 and 400 px) it asserts that
 - a chapter's run-time line and the start of its learning objectives are within the first 800 px at
   1280 px and the first two screens (1600 px) at 400 px;
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
+- at 1280 px, no entry of the sidebar's chapter list takes more than two lines;
+- the landing page (the table of contents' root) links every page the table of contents lists
+  (``--toc``, default _toc.yml);
 - every header button that shows or hides a sidebar (the chapter list, the page contents) does
   something when tapped: a drawer opens on a phone, the sidebar hides on a desktop (``tap_toggles``:
   real mouse events at the button's centre, the page's state compared before and after);
 - the console shows no error and no page requested the network.
+
+Then it runs a few searches on the site's own search page (``--search``; the site served from
+127.0.0.1, the only address let through, since Sphinx fetches each result's page to build its snippet
+and Chromium fetches no ``file://`` URL) and reports a result snippet that shows raw TeX (``\\(``,
+``\\[``, ``$$``, ``\\frac``-like commands): _static/search_snippets.js turns a formula in a snippet
+into plain text.
 
 It saves a screenshot of the whole page per page and width under ``--screenshots`` (default
 ``_build/screenshots``, ``<page>-<width>.png``), stitched from captures of the window as a reader
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import re
@@ -49,6 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote, unquote, urlparse
 
 WIDTHS = (1280, 400)
 HEIGHT = 900
@@ -56,6 +67,11 @@ HEIGHT_FIRST = 800  # the first screen a chapter's title, run-time line and obje
 MAX_SHOT_PX = 60_000  # a full-page screenshot taller than this is cut
 PROFILE_PREFIX = "check-browser-"  # the profile folder of every Chromium a check starts
 MARK = "CHECK_BROWSER_PROFILE"  # in the environment of Chromium and of every process it starts
+SIDEBAR_MAX_LINES = 2  # lines a sidebar entry may take at 1280 px
+SEARCH_QUERIES = ("attention", "softmax", "variance", "rotary", "cache", "roofline")  # words near maths
+# Raw TeX in a search snippet: a delimiter, or a command a formula uses (\frac, \sqrt, \mathbf, ...).
+TEX = re.compile(r"\\[()\[\]]|\$\$|\\(?:[dt]?frac|sqrt|math[a-z]+|text[a-z]*|operatorname|begin|end|left|right|sum|"
+                 r"prod|cdot|times|top|ell|infty|odot|alpha|beta|theta|lambda|sigma|leq?|geq?|in)(?![A-Za-z])")
 
 CHROME_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -146,6 +162,18 @@ INSPECT = r"""
     .filter((h) => /colab\.research\.google\.com|mybinder\.org|\/v2\/gh\//.test(h));
   out.links.download = Array.from(document.querySelectorAll("a[href]")).map((a) => a.getAttribute("href"))
     .filter((h) => /_sources\//.test(h));
+  // The sidebar's chapter list: how many lines each shown entry takes (distinct line tops of its text).
+  out.sidebar = [];
+  for (const a of document.querySelectorAll(".bd-sidebar-primary nav a, #pst-primary-sidebar nav a")) {
+    const range = document.createRange();
+    range.selectNodeContents(a);
+    const tops = new Set(Array.from(range.getClientRects()).filter((q) => q.width > 0).map((q) => Math.round(q.top)));
+    if (tops.size && a.getBoundingClientRect().width > 0)
+      out.sidebar.push({lines: tops.size, text: a.textContent.replace(/\s+/g, " ").trim().slice(0, 70)});
+  }
+  // The links of the page's own text (not the sidebars'), as absolute URLs without their fragment.
+  out.article_links = Array.from(document.querySelectorAll("article a[href], [role='main'] a[href]"))
+    .map((a) => a.href.split("#")[0]);
   // Elements wider than the window that no scrolling ancestor contains.
   const W = document.documentElement.clientWidth;
   out.client_width = W;
@@ -255,6 +283,7 @@ class Browser:
         self.proc: subprocess.Popen | None = None
         self.ws = None
         self.profile = tempfile.mkdtemp(prefix=PROFILE_PREFIX)
+        self.allow: tuple[str, ...] = ()  # URL prefixes let through (the search check's local server)
         STARTED.append({"session": None, "profile": self.profile})
         try:
             self._start(chrome)
@@ -318,7 +347,11 @@ class Browser:
             raise TimeoutError(f"Chromium sent nothing for 60 s: {e}") from e
 
     def handle(self, msg: dict) -> None:
-        if msg.get("method") == "Fetch.requestPaused":
+        if msg.get("method") == "Fetch.requestPaused" and msg["params"]["request"]["url"].startswith(self.allow or "\0"):
+            self.next_id += 1
+            self.ws.send(json.dumps({"id": self.next_id, "method": "Fetch.continueRequest",
+                                     "params": {"requestId": msg["params"]["requestId"]}}))
+        elif msg.get("method") == "Fetch.requestPaused":
             self.events.append(msg)
             self.next_id += 1
             self.ws.send(json.dumps({"id": self.next_id, "method": "Fetch.failRequest",
@@ -579,8 +612,29 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
     return out.getvalue()
 
 
-def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> list[str]:
+def read_toc(toc: Path) -> tuple[str, list[str]]:
+    """The root and every listed page (``file:`` entries, in order) of a Jupyter Book _toc.yml."""
+    text = toc.read_text()
+    root = re.search(r"^root:\s*(\S+)", text, re.M)
+    if not root:
+        raise ValueError(f"{toc}: no root")
+    return root.group(1), re.findall(r"^[\s-]*file:\s*(\S+)", text, re.M)
+
+
+def problems_of(report: dict, page: Path, site: Path, width: int, repo: str,
+                toc: tuple[str, list[str]] | None = None) -> list[str]:
     problems = []
+    if width >= 1000:  # on a phone the chapter list is a drawer as wide as the screen
+        long = [f"'{s['text']}' ({s['lines']} lines)" for s in report.get("sidebar", []) if s["lines"] > SIDEBAR_MAX_LINES]
+        if long:
+            problems.append(f"{len(long)} sidebar entr{'y takes' if len(long) == 1 else 'ies take'} more than "
+                            f"{SIDEBAR_MAX_LINES} lines: {'; '.join(long)}")
+    if toc and page.resolve() == (site / f"{toc[0]}.html").resolve():
+        linked = {Path(unquote(urlparse(h).path)).resolve() for h in report.get("article_links", [])}
+        missing = [f for f in toc[1] if (site / f"{f}.html").resolve() not in linked]
+        if missing:
+            problems.append(f"the landing page links {len(toc[1]) - len(missing)} of the {len(toc[1])} pages of the "
+                            f"table of contents; not: {', '.join(missing)}")
     if report["mathjax"] not in ("done", "absent"):
         problems.append(f"MathJax did not finish: {report['mathjax']}")
     if report["raw_tex"]:
@@ -646,6 +700,67 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str) -> 
     return problems
 
 
+# The search page's state: finished or not, its results and their snippets' text.
+SNIPPETS = r"""JSON.stringify({
+  finished: /finished/i.test((document.querySelector("#search-results p.search-summary") || {}).textContent || ""),
+  results: document.querySelectorAll("ul.search > li").length,
+  snippets: Array.from(document.querySelectorAll("ul.search > li p.context")).map((p) => p.textContent.replace(/\s+/g, " ").trim())})"""
+
+
+@contextlib.contextmanager
+def served(site: Path):
+    """The site over HTTP on 127.0.0.1 (a port of its own) while the block runs; yields its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def search_snippets(browser: Browser, base: str, query: str, timeout: float = 30) -> dict:
+    """Search for ``query`` on the search page at ``base`` and wait until its snippets stop coming
+    (Sphinx fetches each result's page after it says it has finished). Returns SNIPPETS' state."""
+    browser.events.clear()
+    mark = len(browser.events)
+    browser.call("Page.navigate", url=f"{base}search.html?q={quote(query)}")
+    browser.wait_for("Page.loadEventFired", since=mark)
+    deadline, state, steady = time.monotonic() + timeout, {}, 0
+    while time.monotonic() < deadline:
+        browser.call("Runtime.evaluate", expression="new Promise((r) => setTimeout(r, 250))", awaitPromise=True)
+        new = _value(browser, SNIPPETS)
+        steady = steady + 1 if new == state else 0
+        state = new
+        if state["finished"] and (len(state["snippets"]) >= state["results"] or steady >= 8):
+            break
+    return state
+
+
+def search_problems(state: dict) -> list[str]:
+    if not state.get("finished"):
+        return ["the search did not finish"]
+    if not state["results"]:
+        return ["the search found nothing"]
+    if not state["snippets"]:
+        return [f"none of its {state['results']} results has a snippet"]
+    tex = [(s, TEX.search(s)) for s in state["snippets"] if TEX.search(s)]
+    if not tex:
+        return []
+    s, m = tex[0]
+    return [f"{len(tex)} of {len(state['snippets'])} snippets show raw TeX, e.g. "
+            f"'...{s[max(0, m.start() - 30):m.end() + 30]}...'"]
+
+
 def site_pages(site: Path) -> list[Path]:
     skip = {"_static", "_sources", "vendor", "_images"}
     return sorted(p for p in site.rglob("*.html") if not skip & set(p.relative_to(site).parts))
@@ -661,6 +776,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for <page>-<width>.png (default: _build/screenshots)")
     ap.add_argument("--no-screenshots", action="store_true", help="check only, save no screenshots")
     ap.add_argument("--config", type=Path, default=Path("_config.yml"), help="where the repository URL is read")
+    ap.add_argument("--toc", type=Path, default=Path("_toc.yml"),
+                    help="the table of contents whose every page the landing page must link (default: _toc.yml)")
+    ap.add_argument("--search", nargs="*", metavar="WORD",
+                    help=f"search the site for these words and check the snippets (default, for the whole site: "
+                         f"{' '.join(SEARCH_QUERIES)}; with --pages only when given)")
     ap.add_argument("--require-browser", action="store_true", help="fail, instead of skipping, without a Chromium")
     args = ap.parse_args(argv)
     chrome = find_chrome()
@@ -673,6 +793,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_browser: no pages under {args.site}; build the book first")
         return 1
     repo = repository_url(args.config)
+    toc = read_toc(args.toc) if args.toc.exists() else None
+    queries = args.search or (SEARCH_QUERIES if args.search is not None or not args.pages else ())
+    if not (args.site / "search.html").exists():
+        queries = ()
     shots = None if args.no_screenshots else args.screenshots
     failed = 0
     with ended_on_sigterm():
@@ -693,15 +817,26 @@ def main(argv: list[str] | None = None) -> int:
                     if report is None:
                         failed += 1
                         continue
-                    problems = problems_of(report, page, args.site, width, repo)
+                    problems = problems_of(report, page, args.site, width, repo, toc)
                     failed += bool(problems)
                     w = report["widgets"]
                     print(f"check_browser: {page.relative_to(args.site)} @ {width} px: mathjax {report['mathjax']}, "
                           f"{w['drawn']}/{w['views']} widgets, {len(report['solutions'])} solutions, "
                           f"{time.perf_counter() - start:.1f} s: {'; '.join(problems) or 'ok'}", flush=True)
+            if queries:
+                with served(args.site) as base:
+                    browser.allow = (base,)
+                    for query in queries:
+                        state = search_snippets(browser, base, query)
+                        problems = search_problems(state)
+                        failed += bool(problems)
+                        print(f"check_browser: search '{query}': {state.get('results', 0)} results, "
+                              f"{len(state.get('snippets', []))} snippets: {'; '.join(problems) or 'ok'}", flush=True)
+                    browser.allow = ()
         finally:
             browser.close()
-    print(f"check_browser: {len(pages)} pages x {len(args.widths)} widths, {failed} with problems"
+    print(f"check_browser: {len(pages)} pages x {len(args.widths)} widths"
+          + (f" and {len(queries)} searches" if queries else "") + f", {failed} with problems"
           + (f"; screenshots in {shots}" if shots else ""))
     return 1 if failed else 0
 
