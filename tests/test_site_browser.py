@@ -279,6 +279,7 @@ def _search_site(tmp_path: Path, name: str, fix: bool) -> Path:
                                  + ("html_js_files = ['search_snippets.js']\n" if fix else ""))
     (src / "index.rst").write_text("Scores\n======\n\n.. toctree::\n\n   plain\n\nAttention divides by "
                                    ":math:`\\sqrt{d_k}` and by :math:`\\frac{1}{\\tau}` before the softmax.\n\n"
+                                   ":math:`\\frac{\\hat m}{\\sqrt{\\hat v} + \\epsilon}` moves.\n\n"
                                    ".. math:: \\alpha_{ij} = \\mathrm{softmax}(s)_j\n")
     (src / "plain.rst").write_text("Plain\n=====\n\nA page without formulas.\n")
     subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)], check=True)
@@ -302,4 +303,4 @@ def test_search_snippets_with_raw_tex_are_reported(tmp_path, capsys):
         browser.allow = (base,)
         state = check_browser.search_snippets(browser, base, "attention")
     assert state["results"] == 1
-    assert "Attention divides by √d_k and by (1)/(τ) before the softmax. α_ij = softmax(s)_j" in state["snippets"][0]
+    assert "Attention divides by √d_k and by 1/τ before the softmax. m/(√v + ε) moves. α_ij = softmax(s)_j" in state["snippets"][0]
