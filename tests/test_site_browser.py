@@ -304,3 +304,20 @@ def test_search_snippets_with_raw_tex_are_reported(tmp_path, capsys):
         state = check_browser.search_snippets(browser, base, "attention")
     assert state["results"] == 1
     assert "Attention divides by √d_k and by 1/τ before the softmax. m/(√v + ε) moves. α_ij = softmax(s)_j" in state["snippets"][0]
+
+
+TABLE = """<!doctype html><html><head><meta charset="utf-8"></head><body><article>
+<div style="overflow-x: auto; max-width: 100%"><table class="table" style="font-size: {size}px"><tr><th>Module</th>
+<th>What it computes</th></tr><tr><td><code style="white-space: nowrap">mha.MultiHeadAttention.project_qkv</code></td>
+<td>queries, keys and values</td></tr></table></div></article></body></html>"""
+
+
+@needs_chrome
+def test_a_text_table_that_scrolls_on_a_phone_is_reported(tmp_path, capsys):
+    """A table of the text wider than the column scrolls, its right-hand columns out of sight (ch13's
+    table at 16 px needed 519 px at 400 px); set smaller it fits."""
+    rc, out = _check(tmp_path, capsys, "wide.html", TABLE.format(size=24))  # planted
+    assert rc == 1
+    assert "the table headed 'Module' needs" in out and "px box: it scrolls, its right-hand columns cut off" in out
+    rc, out = _check(tmp_path, capsys, "fits.html", TABLE.format(size=12))
+    assert rc == 0, out

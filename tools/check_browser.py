@@ -22,6 +22,8 @@ and window width (1280 and 400 px) it asserts that
   1280 px and the first two screens (1600 px) at 400 px;
 - at 400 px, nothing is wider than the window except inside a box that scrolls (code, maths);
 - at 1280 px, no entry of the sidebar's chapter list takes more than two lines;
+- no table of the text scrolls sideways (its right-hand columns cut off; _static/companion.css sets
+  tables smaller on a phone);
 - the landing page (the table of contents' root) links every page the table of contents lists
   (``--toc``, default _toc.yml);
 - every header button that shows or hides a sidebar (the chapter list, the page contents) does
@@ -171,6 +173,15 @@ INSPECT = r"""
     if (tops.size && a.getBoundingClientRect().width > 0)
       out.sidebar.push({lines: tops.size, text: a.textContent.replace(/\s+/g, " ").trim().slice(0, 70)});
   }
+  // The text's tables (a markdown table; not a cell's output): one that scrolls hides its right-hand columns.
+  out.text_tables = [];
+  document.querySelectorAll("article table.table").forEach((t) => {
+    let box = t.parentElement;
+    while (box && box.tagName !== "ARTICLE" && getComputedStyle(box).overflowX === "visible") box = box.parentElement;
+    if (box && box.tagName !== "ARTICLE" && box.scrollWidth > box.clientWidth + 1 && t.getBoundingClientRect().width > 0)
+      out.text_tables.push({head: (t.querySelector("th") || t).textContent.replace(/\s+/g, " ").trim().slice(0, 40),
+                            need: box.scrollWidth, have: box.clientWidth});
+  });
   // The links of the page's own text (not the sidebars'), as absolute URLs without their fragment.
   out.article_links = Array.from(document.querySelectorAll("article a[href], [role='main'] a[href]"))
     .map((a) => a.href.split("#")[0]);
@@ -629,6 +640,9 @@ def problems_of(report: dict, page: Path, site: Path, width: int, repo: str,
         if long:
             problems.append(f"{len(long)} sidebar entr{'y takes' if len(long) == 1 else 'ies take'} more than "
                             f"{SIDEBAR_MAX_LINES} lines: {'; '.join(long)}")
+    for tb in report.get("text_tables", []):
+        problems.append(f"the table headed '{tb['head']}' needs {tb['need']} px in its {tb['have']} px box: it scrolls, "
+                        "its right-hand columns cut off")
     if toc and page.resolve() == (site / f"{toc[0]}.html").resolve():
         linked = {Path(unquote(urlparse(h).path)).resolve() for h in report.get("article_links", [])}
         missing = [f for f in toc[1] if (site / f"{f}.html").resolve() not in linked]
