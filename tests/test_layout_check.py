@@ -14,6 +14,7 @@ chosen width (a test with the real MathJax runs where ``make book`` has vendored
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import shlex
@@ -27,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import check_browser  # noqa: E402
 import check_layout  # noqa: E402
-from companion.notebook.viz import MIN_LABEL_PX, PIXEL_RATIO, RECORD_KEY, book_png, read_figure_record  # noqa: E402
+from companion.notebook.phone_figures import PHONE_MEDIA  # noqa: E402
+from companion.notebook.viz import (MIN_LABEL_PX, PIXEL_RATIO, RECORD_KEY, book_png,  # noqa: E402
+                                    read_figure_record)
 
 CHROME = check_browser.find_chrome()
 pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get install chromium-headless-shell")
@@ -171,6 +174,7 @@ def test_a_figure_is_scaled_to_the_column_and_opens_full_size(browser, tmp_path,
     width, in a link to its image, with at most one line saying a tap opens it full size."""
     report, problems = measured(browser, tmp_path, with_js(figure_page(tmp_path)), width)
     (fig,) = report["figures"]
+    problems = [p for p in problems if "on a phone" not in p]  # its labels: test_planted_small_label_on_a_phone
     assert problems == [] and fig["shown"] <= fig["column"] and not fig["scrolls"] and fig["linked"], (fig, problems)
     assert fig["hints"] == (1 if width == 400 else 0), fig
 
@@ -210,17 +214,63 @@ def test_a_figure_label_is_measured_as_shown(browser, tmp_path):
 
 def test_planted_small_label_and_missing_record_at_1280(browser, tmp_path):
     """What issue 39 saw in 11 diagrams (about 9 px labels) is reported, and so is a PNG whose labels
-    cannot be measured; at 400 px neither is asked for (the figure opens full size on a tap)."""
+    cannot be measured; at 400 px the phone rule asks for 9 px instead (test_planted_small_label_on_a_phone)."""
     small = with_js(figure_page(tmp_path, record="text=9.10 ratio=2.5;"))
     report, problems = measured(browser, tmp_path, small, 1280)
     (fig,) = report["figures"]
     assert problems == [f"figure Fig. 1.1 in '1.1. A section': its smallest label is {fig['label_px']:.1f} px as "
                         f"shown ({fig['shown']} px wide); at least 11 px at 1280 px"], problems
-    assert measured(browser, tmp_path, small, 400)[1] == []
+    assert [p for p in measured(browser, tmp_path, small, 400)[1] if "on a phone" not in p] == []
     bare = with_js(figure_page(tmp_path, record=None))
     assert measured(browser, tmp_path, bare, 1280)[1] == [
         "figure Fig. 1.1 in '1.1. A section': its PNG carries no record of its smallest label, so its label size "
         "cannot be measured (draw it through companion.notebook.viz.book_png)"]
+
+
+def phone_page(tmp_path: Path, record: str = "text=11.11 ratio=2;") -> str:
+    """A figure as phone_figures.book_html writes it inside a glued figure: a <picture> whose phone source (an 800 px
+    PNG at 2x, designed for 400 px, with ``record``) the browser shows below 720 px, and the desktop
+    PNG of figure_page above; data URLs, no link (myst-nb writes the HTML as it is)."""
+    Image = pytest.importorskip("PIL.Image")
+    PngImagePlugin = pytest.importorskip("PIL.PngImagePlugin")
+
+    def data_url(size: tuple[int, int], text: str) -> str:
+        info = PngImagePlugin.PngInfo()
+        info.add_text(RECORD_KEY, text)
+        buffer = io.BytesIO()
+        Image.new("RGB", size, (230, 230, 230)).save(buffer, format="PNG", pnginfo=info)
+        return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+    picture = (f'<div class="output text_html"><picture class="companion-figure"><source media="{PHONE_MEDIA}" '
+               f'srcset="{data_url((800, 700), record)}" width="400" height="350">'
+               f'<img src="{data_url((1800, 600), "text=12.50 ratio=2.5;")}" width="720" height="240" alt=""></picture>'
+               "</div>")
+    return with_js(page(f'<figure class="align-default" id="fig-two" style="margin: 0">{picture}<figcaption><p>'
+                        '<span class="caption-number">Fig. 1.1 </span>Two panels.</p></figcaption></figure>'))
+
+
+def test_the_phone_rendition_is_measured_at_400_and_the_desktop_png_at_1280(browser, tmp_path):
+    """Issue 49, item 2: the browser shows the phone source at 400 px (its 11.1 px labels at 368/400 of
+    their size: 10.2 px) and the desktop PNG at 1280 px (12.5 px); no tap is asked for."""
+    for width, text, designed in ((400, 11.11, 400), (1280, 12.5, 720)):
+        report, problems = measured(browser, tmp_path, phone_page(tmp_path), width)
+        (fig,) = report["figures"]
+        assert problems == [] and fig["phone"] and not fig["linked"], (fig, problems)
+        assert fig["label_px"] == pytest.approx(text * fig["shown_exact"] / designed, abs=0.01), fig
+
+
+def test_planted_small_label_on_a_phone(browser, tmp_path):
+    """What issue 49 saw on 37 of 49 figures: drawn for 1280 px only, a 720 px figure shows its 12.5 px
+    labels at 6.4 px in the 368 px column; and a phone rendition still too small (7 px labels)."""
+    report, problems = measured(browser, tmp_path, with_js(figure_page(tmp_path)), 400)
+    (fig,) = report["figures"]
+    assert problems == [f"figure Fig. 1.1 in '1.1. A section': its smallest label is {fig['label_px']:.1f} px as "
+                        f"shown ({fig['shown']} px wide) at 400 px; at least 9 px on a phone: draw it for a narrow "
+                        "column too (companion.notebook.phone_figures.book_html)"], problems
+    assert fig["label_px"] < 7
+    report, problems = measured(browser, tmp_path, phone_page(tmp_path, record="text=7.00 ratio=2;"), 400)
+    assert len(problems) == 1 and "at least 9 px on a phone" in problems[0], problems
+    assert measured(browser, tmp_path, phone_page(tmp_path, record="text=7.00 ratio=2;"), 1280)[1] == []
 
 
 def test_the_record_is_what_book_png_writes(tmp_path):

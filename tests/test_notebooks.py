@@ -136,7 +136,8 @@ def uncaptioned_figures(nb: dict) -> list[str]:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             glue_name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if glue_name and (GLUE_PREFIX + "image/png" in data or "image/png" in data):
+            # a figure, or a frame player (HTML: companion.notebook.widgets.glue_player)
+            if glue_name and (GLUE_PREFIX + "image/png" in data or "image/png" in data or "text/html" in data):
                 glued.add(glue_name)
             if "image/png" in data and not hidden:
                 shown += 1

@@ -32,6 +32,12 @@ the rendered boxes, not the source:
   at least ``MIN_LABEL_PX`` (11 px): its size at the designed width, recorded in the PNG by
   ``companion.notebook.viz.book_png``, times the scale the page shows it at; a PNG without that record
   is a problem too (its labels cannot be measured).
+- **figure labels on a phone** (issue 49, item 2): at ``PHONE_PX`` and narrower, every figure's smallest
+  label as shown must be at least ``PHONE_MIN_LABEL_PX`` (9 px), measured the same way from the PNG the
+  browser shows (``currentSrc``: a figure drawn by ``companion.notebook.phone_figures.book_html`` is a
+  ``<picture>`` whose phone source, drawn narrower with the same point sizes, is shown there). A
+  figure with such a phone rendition is drawn for the column at each width and does not need to open
+  full size on a tap (its PNGs are data URLs, which Chromium does not open from a link anyway).
 - **the first screen** (item 4): what a chapter's top section shows before its first section: only
   paragraphs, lists and admonitions (the opening text and the learning objectives), with no code cell,
   output, toggle or image in them, and the run-time line (``p.chapter-runtime``, tools/chapterpage.py)
@@ -67,10 +73,12 @@ import check_browser  # noqa: E402  (tools/check_browser.py: the browser and the
 import tag_cells  # noqa: E402  (tools/tag_cells.py: the chapters whose set-up cells are not tagged yet)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from companion.notebook.phone_figures import PHONE_MIN_LABEL_PX  # noqa: E402
 from companion.notebook.viz import MIN_LABEL_PX, read_figure_record  # noqa: E402
 
 CODE_LINE_LIMIT = 88  # tests/test_notebooks.py MAX_LINE
 DESKTOP_PX = 1280
+PHONE_PX = 400  # a phone's window: the figure-label rule for phones applies at this width and below
 WIDTHS = (1280, 400)
 # Display equations on a narrow window: _static/companion.js scales a formula wider than its room down to
 # MIN_EQUATION_SCALE of its size; one that is still cut by more than EQUATION_HIDDEN of its width without
@@ -229,14 +237,18 @@ MEASURE = r"""
       }
     }
     const widget = !!img.closest(".widget-subarea, .companion-frames");  // interactive: its picture changes, no link
+    const picture = img.closest("picture");  // a figure drawn for phones too (phone_figures.book_html)
+    const phone = !!(picture && picture.querySelector("source[media]"));
     out.figures.push({figure: figNo(img), section: sectionOf(img), shown: Math.round(r.width),
                       column: Math.round(col.right - col.left), hints, widget, visible: Math.round(s.width),
-                      linked: !!(img.closest("a[href]")),
+                      linked: !!(img.closest("a[href]")), phone,
                       designed: Math.round(parseFloat(img.style.width) || parseFloat(img.getAttribute("width")) || img.naturalWidth),
                       natural: img.naturalWidth, shown_exact: r.width,
                       // where the PNG is (its record of its smallest text is read in Python: measure());
                       // a data URL's record sits near its start, after the header
-                      src: img.src.startsWith("data:") ? img.src.slice(0, 6000) : img.src,
+                      // (the source the browser shows: a <picture>'s phone source on a narrow window)
+                      src: (img.currentSrc || img.src).startsWith("data:") ? (img.currentSrc || img.src).slice(0, 6000)
+                           : (img.currentSrc || img.src),
                       box_right: Math.round(s.right), column_right: Math.round(col.right),
                       scrolls: !!scroller, alt: (img.alt || "").slice(0, 40)});
   }
@@ -423,7 +435,11 @@ def problems_of(report: dict) -> list[str]:
             elif f["label_px"] < MIN_LABEL_PX - LABEL_SLACK:
                 problems.append(f"{name}: its smallest label is {f['label_px']:.1f} px as shown ({f['shown']} px "
                                 f"wide); at least {MIN_LABEL_PX} px at {DESKTOP_PX} px")
-        if "linked" in f and not f["linked"] and not f.get("widget"):
+        if width <= PHONE_PX and f.get("label_px") is not None and f["label_px"] < PHONE_MIN_LABEL_PX - LABEL_SLACK:
+            problems.append(f"{name}: its smallest label is {f['label_px']:.1f} px as shown ({f['shown']} px wide) "
+                            f"at {width} px; at least {PHONE_MIN_LABEL_PX} px on a phone: draw it for a narrow "
+                            "column too (companion.notebook.phone_figures.book_html)")
+        if "linked" in f and not f["linked"] and not f.get("widget") and not f.get("phone"):
             problems.append(f"{name} does not open full size on a tap (no link to the image)")
     # The first screen of a chapter page (main() says which pages are chapters; a page measured on its own,
     # such as the tests' synthetic ones, counts as one).

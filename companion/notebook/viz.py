@@ -12,6 +12,9 @@ What this module provides
   * no text smaller than ``MIN_LABEL_PX`` (11 px) as rendered in the book's column at 1280 px
     (figures wider than the column are shown scaled down: their smallest text is scaled up to match);
   * a legend that covers plotted data is moved below the axes (``legend_off_data``).
+- ``use_book_style`` also registers ``companion.notebook.phone_figures.book_html`` as the
+  ``text/html`` formatter: the figure drawn for a phone's column too, in a ``<picture>`` the browser
+  picks from; the ``image/png`` stays in the bundle.
 - ``attention_heatmap(weights, ...)``: a (T, S) weight matrix with token labels on both axes.
 - ``text_px(fig)``: the smallest text of a figure in CSS px as displayed (tests use it).
 """
@@ -70,7 +73,7 @@ def use_book_style(dpi: int = DPI) -> None:
             "figure.titlesize": 12,
         }
     )
-    try:  # inside IPython: every figure through book_png, and no SVG
+    try:  # inside IPython: every figure through book_png (and book_html for phones), and no SVG
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
 
@@ -78,6 +81,9 @@ def use_book_style(dpi: int = DPI) -> None:
         shell = get_ipython()
         if shell is not None:
             shell.display_formatter.formatters["image/png"].for_type(Figure, book_png)
+            from companion.notebook.phone_figures import book_html  # it builds on this module
+
+            shell.display_formatter.formatters["text/html"].for_type(Figure, book_html)
     except ImportError:  # plain Python: nothing to configure
         pass
 
@@ -141,9 +147,10 @@ def _covers_data(ax, box) -> bool:
     return False
 
 
-def legend_off_data(ax) -> bool:
+def legend_off_data(ax, *, text: bool = False) -> bool:
     """Move ``ax``'s legend below the axes (under its tick labels and x label, up to 3 columns) when it
-    covers plotted data; returns whether it moved. Legends outside the axes are left alone."""
+    covers plotted data (or, with ``text``, a text drawn in the axes); returns whether it moved. Legends
+    outside the axes are left alone."""
     legend = ax.get_legend()
     if legend is None or not legend.get_visible():
         return False
@@ -151,7 +158,8 @@ def legend_off_data(ax) -> bool:
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     box = legend.get_window_extent(renderer)
-    if not box.overlaps(ax.get_window_extent(renderer)) or not _covers_data(ax, box):
+    covers_text = text and any(t.get_visible() and t.get_window_extent(renderer).overlaps(box) for t in ax.texts)
+    if not box.overlaps(ax.get_window_extent(renderer)) or not (_covers_data(ax, box) or covers_text):
         return False
     handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
     labels = [t.get_text() for t in legend.get_texts()]
@@ -178,17 +186,24 @@ def read_figure_record(png: bytes) -> tuple[float, float] | None:
     return (float(found[1]), float(found[2])) if found else None
 
 
+def _agg(fig: Figure) -> None:
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(): give it a canvas that draws
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+
+
 def book_png(fig: Figure, ratio: float = PIXEL_RATIO) -> tuple[bytes, dict] | None:
     """``fig`` as the book shows it: the rules above applied, PNG at ``ratio`` x (``PIXEL_RATIO``,
     or 1 for the many frames of a frame player), its smallest text recorded in the PNG
     (``figure_record``), and ``{"width": css_px}`` for the page (myst-nb writes it on the
     ``<img>``; the height follows)."""
+    cached = fig.__dict__.pop("_companion_png", None)  # drawn a moment ago by book_html, same display
+    if cached is not None and ratio == PIXEL_RATIO:
+        return cached
     if not fig.axes and not fig.texts and not fig.patches:
         return None
-    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(): give it a canvas that draws
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        FigureCanvasAgg(fig)
+    _agg(fig)
     try:  # the rules improve a figure; a figure they cannot handle is still shown as it is
         fig.canvas.draw()  # lays out tick labels, legends and tight_layout before they are measured
         for ax in fig.axes:
@@ -210,7 +225,23 @@ def book_png(fig: Figure, ratio: float = PIXEL_RATIO) -> tuple[bytes, dict] | No
         if px is None or px * scale >= MIN_LABEL_PX - 1e-6:
             break
         _lift_small_text(fig, scale)
-    return data, {"width": round(width)}
+    return _compact(data, figure_record(fig, ratio)), {"width": round(width)}
+
+
+def _compact(png: bytes, record: dict[str, str]) -> bytes:
+    """``png`` with a palette of at most 256 colours (median cut, no dithering), its record kept: a
+    figure's flat colours and anti-aliased edges need no more, and the file is about 2.5 times smaller
+    (a notebook stores each figure twice, as PNG and in the HTML, and a player many frames)."""
+    from PIL import Image, PngImagePlugin
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    image = image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    info = PngImagePlugin.PngInfo()
+    for key, value in record.items():
+        info.add_text(key, value)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=info, optimize=True)
+    return buffer.getvalue()
 
 
 def attention_heatmap(

@@ -18,7 +18,11 @@ What this module provides
 - ``softmax_temperature_frames`` and ``sampling_frames``: the same pictures pre-drawn for a grid of
   slider positions, as a ``FramePlayer``: HTML sliders that switch between the frames in the browser.
   The rendered book has no kernel, so a live widget's slider there moves its number but never its
-  plot; the frames are what the static page shows (the live widget stays in the notebook).
+  plot; the frames are what the static page shows (the live widget stays in the notebook). Frames
+  are drawn at 2 PNG px per CSS px and at most about 410 px wide (two panels stacked), so the same
+  frame is sharp on a scale-2 screen and its labels stay >= 9 px in a phone's 352 px column.
+- ``glue_player(name, player)``: a player shown as a numbered, captioned figure, as
+  ``diagrams.glue_figure`` does for a figure (``{glue:figure} name`` in the markdown).
 
 The explorers are thin: the numbers they show come from ``companion.attention``.
 """
@@ -43,7 +47,9 @@ from companion.notebook.viz import book_png
 
 __all__ = ["softmax_temperature_explorer", "positional_encoding_explorer", "sampling_explorer", "rope_frequency_explorer",
            "FramePlayer", "frame_player", "softmax_temperature_frames", "sampling_frames", "positional_encoding_frames",
-           "rope_frequency_frames"]
+           "rope_frequency_frames", "glue_player", "FRAME_RATIO"]
+
+FRAME_RATIO = 2  # PNG px per CSS px of a player's frames
 
 
 def _controls() -> dict:
@@ -92,7 +98,7 @@ def softmax_temperature_explorer(
 
 def _softmax_figure(s: torch.Tensor, names: list[str], scale: float):
     w = stable_softmax(scale * s)
-    fig, ax = plt.subplots(figsize=(5.0, 2.6))
+    fig, ax = plt.subplots(figsize=(5.0, 2.8))
     ax.bar(names, w.numpy(), color="tab:blue")
     _fit_ylim(ax, w.numpy())
     ax.set_ylabel("weight")
@@ -124,7 +130,7 @@ def positional_encoding_explorer(d: int = 64, max_len: int = 256, *, base: float
 
 def _positional_figure(table: torch.Tensor, base: float, position: int, pair: int):
     d = table.shape[1]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.0, 5.2))  # stacked: one figure for phone and desktop
     ax1.bar(range(d), table[position].numpy(), color=["tab:blue", "tab:orange"] * (d // 2))
     ax1.set_ylim(-1.1, 1.1)
     ax1.set_xlabel("channel (blue: sin, orange: cos)")
@@ -134,7 +140,7 @@ def _positional_figure(table: torch.Tensor, base: float, position: int, pair: in
     ax2.plot(table[:, 2 * pair + 1].numpy(), label="cos")
     ax2.axvline(position, color="k", lw=0.8)
     ax2.set_xlabel("position")
-    ax2.set_title(f"pair {pair}: wavelength {wavelength:,.1f} positions")
+    ax2.set_title(f"pair {pair}: wavelength {wavelength:,.1f}")
     ax2.legend(loc="upper right")
     fig.tight_layout()
     return fig
@@ -176,7 +182,7 @@ def sampling_explorer(
 def _sampling_figure(z: torch.Tensor, order: torch.Tensor, names: list[str], temperature: float, top_p: float):
     probs = torch.softmax(filter_logits(z, temperature, None, top_p), dim=-1)
     kept = int((probs > 0).sum())
-    fig, ax = plt.subplots(figsize=(6.0, 2.6))
+    fig, ax = plt.subplots(figsize=(5.0, 2.8))  # 400 px: a phone shows its labels >= 9 px
     ax.bar(names, probs[order].numpy(), color=["tab:blue" if probs[i] > 0 else "lightgrey" for i in order])
     _fit_ylim(ax, probs[order].numpy())
     ax.set_ylabel("probability")
@@ -232,14 +238,14 @@ def _rope_figure(head_dim: int, trained_len: int, max_len: int, log10_base: floa
     theta, temperature = rope_inverse_frequencies(head_dim, b, scaling, factor, trained_len)
     score = temperature**2 * torch.cos(offsets[:, None] * theta.double()).mean(-1)  # (max_len,)
     turning = int((rope_turns(theta, trained_len) >= 1).sum())
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(5.0, 5.4))  # stacked: one figure for phone and desktop
     pairs = range(head_dim // 2)
     ax1.semilogy(pairs, plain.numpy(), "o", color="lightgrey", label="plain")
     ax1.semilogy(pairs, theta.numpy(), ".", color="tab:blue", label=scheme)
     ax1.set_xlabel("pair $r$")
     ax1.set_ylabel(r"$\omega_r$ (radians / position)")
     ax1.set_title(f"base {b:,.0f}: {turning} of {head_dim // 2} pairs turn within {trained_len}")
-    ax1.legend(loc="upper right", fontsize=8)
+    ax1.legend(loc="upper right")
     ax2.plot(offsets.numpy(), score.numpy(), color="tab:blue")
     ax2.axvline(trained_len, color="grey", ls="--", lw=1)
     ax2.set_xlabel("offset n")
@@ -288,15 +294,20 @@ class FramePlayer:
                 f'style="width:min(60%,20em);vertical-align:middle">'
                 f'<output style="margin-left:0.5em">{labels[i][self.start[i]]}</output></label>')
         first = self.frames[self.key(*self.start)]
+        png = base64.b64decode(first.split(",", 1)[1])
+        width = round(int.from_bytes(png[16:20], "big") / FRAME_RATIO)  # the PNG header: CSS px
+        # Each frame is shown at its own width in CSS px (frames differ by a few px: their titles).
+        fit = f"this.width=Math.round(this.naturalWidth/{FRAME_RATIO})"
         return (f'<div class="companion-frames" data-frames="{html.escape(json.dumps(self.frames))}" '
                 f'data-labels="{html.escape(json.dumps(labels))}">' + "".join(rows)
-                + f'<img src="{first}" alt="{html.escape(self.alt)}" style="max-width:100%;height:auto"></div>')
+                + f'<img src="{first}" width="{width}" onload="{fit}" alt="{html.escape(self.alt)}" '
+                'style="max-width:100%;height:auto"></div>')
 
 
 def _png(fig) -> str:
-    """One frame as a data URL: the book's PNG (labels >= 11 px, recorded in the PNG) at one PNG pixel
-    per CSS px, since a player carries many frames."""
-    data, _ = book_png(fig, ratio=1)
+    """One frame as a data URL: the book's PNG (labels >= 11 px, recorded in the PNG) at
+    ``FRAME_RATIO`` PNG px per CSS px."""
+    data, _ = book_png(fig, ratio=FRAME_RATIO)
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(data).decode()
 
@@ -366,3 +377,16 @@ def rope_frequency_frames(head_dim: int = 16, trained_len: int = 64, max_len: in
         lambda **at: _rope_figure(head_dim, trained_len, max_len, math.log10(base), at["scheme"], at["factor s"]),
         {"scheme": schemes, "factor s": factors}, {"scheme": scheme, "factor s": factor}, fmt="{:g}",
         alt="RoPE frequencies per pair and the rotary score against offset, for the chosen scheme and factor")
+
+
+def glue_player(name: str, player: FramePlayer) -> None:
+    """Show ``player`` and record it under ``name`` for a ``{glue:figure}`` directive, so the page
+    numbers and captions it like a figure (the same ``scrapbook`` metadata as ``diagrams.glue_figure``)."""
+    if not isinstance(player, FramePlayer):
+        raise ValueError(f"player must be a FramePlayer; got {type(player).__name__}")
+    if not (isinstance(name, str) and name.startswith("fig-")):
+        raise ValueError(f"name must be a figure label starting with 'fig-'; got {name!r}")
+    from IPython.display import display
+
+    display({"text/html": player._repr_html_(), "text/plain": repr(player)}, raw=True,
+            metadata={"scrapbook": {"name": name, "mime_prefix": ""}})
