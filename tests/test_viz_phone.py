@@ -160,3 +160,15 @@ def test_nbval_compares_the_picture_as_one_token():
     for section in cfg.sections():
         out = re.sub(cfg[section]["regex"], cfg[section].get("replace", ""), out)
     assert out == "before FIGURE after"
+
+
+def test_planted_phone_failure_leaves_the_desktop_figure(book_style, monkeypatch):
+    """A figure the narrowing cannot draw (matplotlib failed on one at the narrow size) is shown as before:
+    book_html gives no picture and the PNG formatter still gets the desktop PNG; the cell does not fail."""
+    fig = wide_plot()
+
+    def fails(_fig):
+        raise ZeroDivisionError("a layout matplotlib cannot solve")
+
+    monkeypatch.setattr(pf, "phone_png", fails)
+    assert pf.book_html(fig) is None and viz.book_png(fig) is not None

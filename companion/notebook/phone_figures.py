@@ -219,7 +219,10 @@ def book_html(fig: Figure) -> str | None:
     desktop = book_png(fig)  # first: its rules (labels lifted for the 717 px column) hold for the phone too
     if desktop is None:
         return None
-    phone = phone_png(fig)
+    try:  # the phone rendition improves a figure; one it cannot draw keeps the desktop rendition only
+        phone = phone_png(fig)
+    except Exception:  # noqa: BLE001  (e.g. a layout matplotlib cannot solve at the narrow size)
+        phone = None
     fig.__dict__["_companion_png"] = desktop
     if phone is None:
         return None
