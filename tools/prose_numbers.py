@@ -62,7 +62,11 @@ def _outputs(cell: dict) -> str:
         for mime, value in out.get("data", {}).items():
             if mime.startswith("text/") or mime.endswith("json"):
                 parts.append(_text(value))
-    return "\n".join(parts)
+    # A figure inlined in HTML prints no number (its image/png is not read either): a figure's <picture>
+    # (companion.notebook.phone_figures) as a whole, a frame player's images (base64 holds digits by
+    # chance, which backed prose numbers no output printed), character references (&#x27; is ').
+    return re.sub(r'<picture class="companion-figure">.*?</picture>|data:image/[a-z]+;base64,[A-Za-z0-9+/=]+'
+                  r"|&#x?[0-9a-fA-F]+;", "", "\n".join(parts))
 
 
 def _key(match: re.Match) -> tuple[str, str, str]:
