@@ -172,3 +172,17 @@ def test_planted_phone_failure_leaves_the_desktop_figure(book_style, monkeypatch
 
     monkeypatch.setattr(pf, "phone_png", fails)
     assert pf.book_html(fig) is None and viz.book_png(fig) is not None
+
+
+def test_a_legend_beside_the_panel_moves_below_it_on_the_phone(book_style):
+    """A legend outside on the right leaves a 390 px figure's panel no width: on the phone it goes below
+    (planted: it stays beside on the desktop figure), and the labels are >= 9 px."""
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for k in range(5):
+        ax.plot(range(10), [i * k for i in range(10)], label=f"scheme number {k}, fixed s = 8")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    phone = pf.phone_png(fig)[0]
+    width, height = struct.unpack(">II", phone[16:24])
+    assert phone_label(phone) >= pf.PHONE_MIN_LABEL_PX and height > 0.55 * width  # legend under the panel
+    renderer = fig.canvas.get_renderer()
+    assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1 - 1

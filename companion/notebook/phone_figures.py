@@ -80,13 +80,30 @@ def _relayout(fig: Figure) -> None:
             pass
 
 
+def _below_again(fig: Figure) -> None:
+    """A legend that legend_off_data moved below its panel, put just under the panel's labels again
+    once the layout has shrunk the panel to make room for it (twice: the layout answers each move)."""
+    for _ in range(2):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None or not getattr(legend, "companion_below", False):
+                continue
+            legend.set_visible(False)
+            y = ax.transAxes.inverted().transform((0, ax.get_tightbbox(renderer).y0))[1]
+            legend.set_visible(True)
+            legend.set_bbox_to_anchor((0.5, y - 0.02), transform=ax.transAxes)
+        _relayout(fig)
+
+
 def phone_png(fig: Figure) -> tuple[bytes, dict] | None:
     """``fig`` drawn for a phone's 352 px column, or None when the desktop rendition already shows
     every label at ``PHONE_MIN_LABEL_PX`` there. A diagram (no axes with ticks) is wrapped
     (``_wrapped_png``). A plot is drawn again on a copy, never ``fig``: the same point sizes on a figure
     about 390 px wide, panels in one row stacked (``_restack``), re-laid out (constrained layout, or
-    ``tight_layout`` where a colorbar rules it out), a legend that now covers data or a label moved
-    below it (``legend_off_data``); the column then shrinks it by at most 352 / 434, so text of 11.1 px
+    ``tight_layout`` where a colorbar rules it out), a legend that now covers data or a label, or
+    sits beside the panel, moved below it (``legend_off_data``); the column then shrinks it by at most 352 / 434, so text of 11.1 px
     (10 pt) shows at >= 9 px. A figure still too wide after three rounds gets its small text lifted, as
     ``book_png`` does at 1280 px. PNG at ``PHONE_RATIO`` x, with the same record as ``book_png``."""
     import pickle
@@ -106,6 +123,7 @@ def phone_png(fig: Figure) -> tuple[bytes, dict] | None:
     except Exception:  # noqa: BLE001  (an unpicklable artist: the desktop rendition only)
         return None
     plt.close(narrow)  # unpickling registers a pyplot copy; the notebook must not draw it again
+    _agg(narrow)  # closing it left a bare canvas, on which legend_off_data could not measure
     rows = _restack(narrow)
     if narrow.get_layout_engine() is None:  # laid out at every draw: nested grids and colorbars included
         try:
@@ -121,11 +139,12 @@ def phone_png(fig: Figure) -> tuple[bytes, dict] | None:
             for _again in range(2):  # laid out, then again once a legend on the narrower data has moved
                 _relayout(narrow)
                 try:
-                    moved = [legend_off_data(ax, text=True) for ax in narrow.axes]
+                    moved = [legend_off_data(ax, text=True, beside=True, columns=1) for ax in narrow.axes]
                 except Exception:  # noqa: BLE001
                     moved = []
                 if not any(moved):
                     break
+            _below_again(narrow)
             data, width = _png_width(narrow, PHONE_RATIO)
             if width <= goal / 0.9:
                 break

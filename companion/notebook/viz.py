@@ -147,10 +147,11 @@ def _covers_data(ax, box) -> bool:
     return False
 
 
-def legend_off_data(ax, *, text: bool = False) -> bool:
-    """Move ``ax``'s legend below the axes (under its tick labels and x label, up to 3 columns) when it
+def legend_off_data(ax, *, text: bool = False, beside: bool = False, columns: int = 3) -> bool:
+    """Move ``ax``'s legend below the axes (under its tick labels and x label, up to ``columns``) when it
     covers plotted data (or, with ``text``, a text drawn in the axes); returns whether it moved. Legends
-    outside the axes are left alone."""
+    outside the axes are left alone, unless ``beside``: then one to the right of the axes moves below
+    too (on a narrow figure it would leave the panel no width)."""
     legend = ax.get_legend()
     if legend is None or not legend.get_visible():
         return False
@@ -159,7 +160,9 @@ def legend_off_data(ax, *, text: bool = False) -> bool:
     renderer = fig.canvas.get_renderer()
     box = legend.get_window_extent(renderer)
     covers_text = text and any(t.get_visible() and t.get_window_extent(renderer).overlaps(box) for t in ax.texts)
-    if not box.overlaps(ax.get_window_extent(renderer)) or not (_covers_data(ax, box) or covers_text):
+    right = beside and box.x0 >= ax.get_window_extent(renderer).x1 - 1
+    inside = box.overlaps(ax.get_window_extent(renderer)) and (_covers_data(ax, box) or covers_text)
+    if not (inside or right):
         return False
     handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
     labels = [t.get_text() for t in legend.get_texts()]
@@ -168,8 +171,9 @@ def legend_off_data(ax, *, text: bool = False) -> bool:
     legend.set_visible(False)
     below = ax.get_tightbbox(renderer)
     y = ax.transAxes.inverted().transform((0, below.y0))[1]
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.02), ncols=min(len(labels), 3),
-              fontsize=fontsize, title=title, frameon=False)
+    moved = ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y - 0.02),
+                      ncols=max(1, min(len(labels), columns)), fontsize=fontsize, title=title, frameon=False)
+    moved.companion_below = True  # phone_figures re-anchors it when the panel is laid out again
     return True
 
 
