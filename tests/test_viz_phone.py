@@ -186,3 +186,15 @@ def test_a_legend_beside_the_panel_moves_below_it_on_the_phone(book_style):
     assert phone_label(phone) >= pf.PHONE_MIN_LABEL_PX and height > 0.55 * width  # legend under the panel
     renderer = fig.canvas.get_renderer()
     assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1 - 1
+
+
+def test_a_legend_as_wide_as_the_panel_moves_below_it_on_the_phone(book_style):
+    """A four-column legend above a 7.5-inch plot (ch07's dynamic-scaling figure) kept the phone figure
+    528 px wide (labels 8.2 px): on the phone it goes below the panel in one column."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for k in range(7):
+        ax.plot(range(50), [k + i / 50 for i in range(50)], label=f"scheme {k}, fixed s = 8")
+    ax.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    phone = pf.phone_png(fig)[0]
+    width, height = struct.unpack(">II", phone[16:24])
+    assert phone_label(phone) >= pf.PHONE_MIN_LABEL_PX and height > width

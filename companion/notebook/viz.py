@@ -150,8 +150,8 @@ def _covers_data(ax, box) -> bool:
 def legend_off_data(ax, *, text: bool = False, beside: bool = False, columns: int = 3) -> bool:
     """Move ``ax``'s legend below the axes (under its tick labels and x label, up to ``columns``) when it
     covers plotted data (or, with ``text``, a text drawn in the axes); returns whether it moved. Legends
-    outside the axes are left alone, unless ``beside``: then one to the right of the axes moves below
-    too (on a narrow figure it would leave the panel no width)."""
+    outside the axes are left alone, unless ``beside``: then one to the right of the axes, or nearly as
+    wide as the axes, moves below too (on a narrow figure it would leave the panel no width)."""
     legend = ax.get_legend()
     if legend is None or not legend.get_visible():
         return False
@@ -160,7 +160,8 @@ def legend_off_data(ax, *, text: bool = False, beside: bool = False, columns: in
     renderer = fig.canvas.get_renderer()
     box = legend.get_window_extent(renderer)
     covers_text = text and any(t.get_visible() and t.get_window_extent(renderer).overlaps(box) for t in ax.texts)
-    right = beside and box.x0 >= ax.get_window_extent(renderer).x1 - 1
+    panel = ax.get_window_extent(renderer)
+    right = beside and (box.x0 >= panel.x1 - 1 or box.width > 0.8 * panel.width)  # beside, or as wide
     inside = box.overlaps(ax.get_window_extent(renderer)) and (_covers_data(ax, box) or covers_text)
     if not (inside or right):
         return False
