@@ -1,17 +1,18 @@
 """Every headless Chromium that tools/check_browser.py and tools/check_layout.py start is ended on every
-path (success, failure to start, timeout, retry, KeyboardInterrupt, SIGTERM) with its helpers, and its
-``check-browser-*`` profile folder is removed (issue 22, item 5).
+path (success, failure to start, a renderer that stops answering, retry, an error, KeyboardInterrupt,
+and SIGINT, SIGTERM or SIGKILL to the check) with its helpers and its profile folder (issue 22, item 5;
+issue 49, item 6: Chromium is launched by Playwright, whose driver ends it when Python goes).
 
-Each test compares ``check_browser.leftovers()`` (live Chromium processes, marked launchers and profile
-folders) before and after; ``test_the_detector_sees_a_leaked_browser`` plants the leak the old
-``close`` made (it ended the launcher script, not the browser under it) and shows the comparison
-catches it. Needs a Chromium (``apt-get install chromium-headless-shell``); skipped otherwise.
+Each test compares ``check_browser.leftovers()`` (the live processes in each Chromium's session, and its
+profile folder) before and after, and checks that no Playwright driver is left;
+``test_the_detector_sees_a_leaked_browser`` plants a leak (a Browser whose ``close`` is skipped) and
+shows the comparison catches it. Needs a Chromium (``apt-get install chromium-headless-shell``) and
+Playwright (the ``book`` extra); skipped otherwise.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +26,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 import check_browser  # noqa: E402
 import check_layout  # noqa: E402
 
+pytest.importorskip("playwright")
 CHROME = check_browser.find_chrome()
 pytestmark = pytest.mark.skipif(CHROME is None, reason="no Chromium: apt-get install chromium-headless-shell")
 
 PAGE = "<!doctype html><html><body><p>A page.</p></body></html>"
+# Loads, then its script never yields: the renderer answers no DevTools command any more.
+HUNG = "<!doctype html><html><body onload='setTimeout(() => { while (true) {} }, 50)'><p>A page.</p></body></html>"
 
 
 def left_behind(started: list[dict], wait: float = 3.0) -> dict:
@@ -43,15 +47,49 @@ def left_behind(started: list[dict], wait: float = 3.0) -> dict:
         time.sleep(0.1)
 
 
+def in_sessions(sessions: set[int]) -> list[str]:
+    """Every live process (any program: Chromium, Playwright's Node driver, Python) in ``sessions``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat[3]) in sessions and stat[0] != "Z":
+            found.append(f"{pid} {cmd[:100]}")
+    return found
+
+
+def drivers() -> list[str]:
+    """Playwright drivers (Node) this process started and that still run."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ppid == os.getpid() and "playwright" in cmd:
+            found.append(f"{pid} {cmd[:100]}")
+    return found
+
+
 @pytest.fixture
 def clean():
-    """Fails the test when a browser it started leaves a process or its profile folder behind."""
+    """Fails the test when a browser it started leaves a process or its profile folder behind, or
+    Playwright's driver runs on with no browser open."""
     first = len(check_browser.STARTED)
     yield
     started = check_browser.STARTED[first:]
     assert started, "the test started no browser"
     new = left_behind(started)
     assert new == {"processes": [], "profiles": []}, f"left behind: {new}"
+    assert check_browser.Browser.driver["users"] == 0
+    deadline = time.monotonic() + 3
+    while drivers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert drivers() == []
 
 
 @pytest.fixture
@@ -66,24 +104,18 @@ def browser_args(site: Path) -> list[str]:
 
 
 def test_the_detector_sees_a_leaked_browser():
-    """The planted failure: end only the launcher (what ``close`` used to do with the Debian
-    ``chromium-headless-shell`` script) and keep the profile: the check reports both."""
+    """The planted failure: a Browser whose ``close`` is skipped leaves its Chromium, with its helpers,
+    and its profile folder; the check reports both, and finds nothing once it is closed."""
     first = len(check_browser.STARTED)
     browser = check_browser.Browser(CHROME)
     started = check_browser.STARTED[first:]
-    proc, browser.proc = browser.proc, None  # take the process away from close()
-    proc.terminate()
-    proc.wait()
     try:
+        assert started[0]["session"] and started[0]["profile"], started
         new = left_behind(started, wait=0.5)
-        assert any("chromium" in p for p in new["processes"]), new
-        assert new["profiles"] == [browser.profile]
+        assert sum("chromium" in p for p in new["processes"]) >= 2, new  # the browser and its helpers
+        assert new["profiles"] == [started[0]["profile"]]
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(browser.profile, ignore_errors=True)
+        browser.close()
     assert left_behind(started) == {"processes": [], "profiles": []}
 
 
@@ -93,15 +125,24 @@ def test_success(clean, site):
 
 def test_close_twice_and_context_manager(clean):
     with check_browser.Browser(CHROME) as browser:
-        browser.call("Runtime.evaluate", expression="1 + 1")
+        assert browser.call("Runtime.evaluate", expression="1 + 1")["result"]["value"] == 2
     browser.close()
 
 
+def test_two_browsers_at_once_share_one_driver(clean):
+    """tests/test_layout_check.py keeps a browser open while check_layout.main starts its own."""
+    with check_browser.Browser(CHROME) as first:
+        with check_browser.Browser(CHROME) as second:
+            assert check_browser.Browser.driver["users"] == 2
+            assert second.call("Runtime.evaluate", expression="2 + 2")["result"]["value"] == 4
+        assert first.call("Runtime.evaluate", expression="1 + 1")["result"]["value"] == 2
+
+
 def test_a_failure_while_starting(clean, monkeypatch):
-    def refuse(*a, **k):
+    def refuse(self, method, **params):
         raise OSError("no DevTools answer (planted)")
 
-    monkeypatch.setattr("urllib.request.urlopen", refuse)
+    monkeypatch.setattr(check_browser.Browser, "call", refuse)  # after Chromium is up
     with pytest.raises(OSError, match="planted"):
         check_browser.Browser(CHROME)
 
@@ -110,8 +151,20 @@ def test_a_chromium_that_exits_at_once(clean, tmp_path):
     fake = tmp_path / "fake-chrome"
     fake.write_text("#!/bin/sh\necho 'no display (planted)' >&2\nexit 3\n")
     fake.chmod(0o755)
-    with pytest.raises(RuntimeError, match="planted"):
+    with pytest.raises(Exception, match="planted"):
         check_browser.Browser(str(fake))
+
+
+def test_a_renderer_that_stops_answering_is_a_timeout_retried_once(clean, site, monkeypatch, capsys):
+    """Not a hang: each command has ``Browser.timeout``, the page gets a second try in a fresh
+    Chromium, and the second silence is reported as the page's problem."""
+    (site / "p.html").write_text(HUNG)
+    monkeypatch.setattr(check_browser.Browser, "timeout", 3.0)
+    start = time.monotonic()
+    assert check_browser.main(browser_args(site)) == 1
+    out = capsys.readouterr().out
+    assert "did not answer within 3 s" in out and "trying the page once more" in out and "no answer again" in out
+    assert time.monotonic() - start < 40
 
 
 def test_timeouts_retry_in_a_fresh_browser_and_end_both(clean, site, monkeypatch, capsys):
@@ -157,32 +210,42 @@ def test_an_interrupt_or_error_mid_check(clean, site, monkeypatch, error):
         check_browser.main(browser_args(site))
 
 
-def test_sigterm_to_the_check(site, tmp_path):
-    """``timeout`` or a CI runner ending the check: SIGTERM still closes the browser. The check runs in a
-    child process with its own temporary directory and a mark in its environment, which tell its
-    browser apart from any other."""
-    (site / "p.html").write_text(PAGE.replace("</body>", "<script>while (true) {}</script></body>"))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_the_check(site, tmp_path, sig):
+    """Ctrl-C, ``timeout`` or a CI runner ending the check, or the kernel killing it: nothing is left.
+    The check runs in a session of its own (its Python and Playwright's driver) with its own temporary
+    directory (where Chromium's profile goes) and a mark in its environment that finds its Chromium's
+    session; the page hangs its renderer, so the check is mid-command when the signal comes."""
+    (site / "p.html").write_text(HUNG)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    token = f"sigterm-{os.getpid()}-{time.time_ns()}"
+    token = f"signal-{os.getpid()}-{time.time_ns()}"
     env = {**os.environ, "TMPDIR": str(tmp), "CHECK_BROWSER_TEST": token}
     proc = subprocess.Popen([sys.executable, str(ROOT / "tools" / "check_browser.py"), *browser_args(site)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sessions: set[int] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any("chromium" in p["cmd"] for p in check_browser.processes()
-                                                   if p["session"] in sessions):
-        sessions |= {p["session"] for p in check_browser.processes() if token.encode() in p["environ"]}
-        time.sleep(0.1)
-    assert sessions, "the check's browser never started"
-    time.sleep(1.0)  # inside the page load now
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) != 0
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and any(p["session"] in sessions for p in check_browser.processes()):
-        time.sleep(0.1)
-    assert [p["cmd"] for p in check_browser.processes() if p["session"] in sessions] == []
-    assert list(tmp.iterdir()) == [], "a profile folder was left behind"
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        sessions = {proc.pid}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(sessions) < 2:
+            sessions |= {p["session"] for p in check_browser.processes()
+                         if token.encode() in p["environ"] and "chromium" in p["cmd"]}
+            time.sleep(0.1)
+        assert len(sessions) == 2, "the check's browser never started"
+        assert any("playwright" in p for p in in_sessions({proc.pid})), "no Playwright driver beside the check"
+        time.sleep(1.5)  # the page is loaded and its renderer hung now
+        assert in_sessions(sessions - {proc.pid}) and list(tmp.iterdir())
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) != 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and in_sessions(sessions):
+            time.sleep(0.1)
+        assert in_sessions(sessions) == []
+        assert list(tmp.iterdir()) == [], "a profile folder was left behind"
+    finally:
+        for session in sessions:  # only after a failure is anything left to end
+            if in_sessions({session}):
+                os.killpg(session, signal.SIGKILL)
 
 
 def test_check_layout_success_and_interrupt(clean, site, monkeypatch):

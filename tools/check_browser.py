@@ -3,10 +3,10 @@
     python tools/check_browser.py _build/html                  # every page, 1280 and 400 px
     python tools/check_browser.py _build/html --pages book/ch01_attention.html --no-screenshots
 
-tools/check_site.py parses the HTML; this script asks the live page. Chromium is started with a
-fresh profile and no network (--disable-background-networking, --disable-component-update, ...;
-every http(s) request is intercepted through the DevTools protocol, refused and reported) and
-driven over the DevTools protocol with ``websocket-client`` (the ``book`` extra). For every page
+tools/check_site.py parses the HTML; this script asks the live page. Chromium is launched by
+Playwright for Python (the ``book`` extra; the system's Chromium, no browser download) with a fresh
+profile and no network (--disable-background-networking, --disable-component-update, ...; every
+http(s) request is intercepted, refused and reported) and driven over the DevTools protocol. For every page
 and window width (1280 and 400 px) it asserts that
 
 - MathJax finished typesetting, left no raw TeX (``$$``, ``\\(``, ``\\begin{``) in the text and no
@@ -40,9 +40,9 @@ into plain text.
 It saves a screenshot of the whole page per page and width under ``--screenshots`` (default
 ``_build/screenshots``, ``<page>-<width>.png``), stitched from captures of the window as a reader
 scrolls it (``screenshot``). Display equations, code and output widths are measured by
-tools/check_layout.py, with the same browser. Every Chromium started here runs in its own process
-group and is ended with all its helpers, its ``check-browser-*`` profile removed, on every path
-(``Browser.close``; tests/test_browser_cleanup.py). Without a Chromium (``chromium-headless-shell`` or
+tools/check_layout.py, with the same browser. Every Chromium started here is ended with all its
+helpers, its profile folder removed, on every path, SIGKILL of this script included (``Browser``;
+tests/test_browser_cleanup.py). Without a Chromium (``chromium-headless-shell`` or
 ``chromium`` on PATH, or $CHROME) it says so and exits 0, so ``make book`` works everywhere;
 ``--require-browser`` makes that an error (CI). Exit status 1 when any page has a problem.
 """
@@ -56,9 +56,7 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
@@ -67,20 +65,24 @@ WIDTHS = (1280, 400)
 HEIGHT = 900
 HEIGHT_FIRST = 800  # the first screen a chapter's title, run-time line and objectives must start on
 MAX_SHOT_PX = 60_000  # a full-page screenshot taller than this is cut
-PROFILE_PREFIX = "check-browser-"  # the profile folder of every Chromium a check starts
-MARK = "CHECK_BROWSER_PROFILE"  # in the environment of Chromium and of every process it starts
+MARK = "CHECK_BROWSER_PROFILE"  # in the environment of each Chromium: tells which Browser started it
 SIDEBAR_MAX_LINES = 2  # lines a sidebar entry may take at 1280 px
 SEARCH_QUERIES = ("attention", "softmax", "variance", "rotary", "cache", "roofline")  # words near maths
 # Raw TeX in a search snippet: a delimiter, or a command a formula uses (\frac, \sqrt, \mathbf, ...).
 TEX = re.compile(r"\\[()\[\]]|\$\$|\\(?:[dt]?frac|sqrt|math[a-z]+|text[a-z]*|operatorname|begin|end|left|right|sum|"
                  r"prod|cdot|times|top|ell|infty|odot|alpha|beta|theta|lambda|sigma|leq?|geq?|in)(?![A-Za-z])")
 
+# On top of Playwright's own (headless, a fresh profile, the DevTools pipe, no sandbox, ...), some the same.
 CHROME_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync", "--hide-scrollbars",
-    "--disable-extensions", "--disable-default-apps", "--mute-audio",
-    "--remote-debugging-port=0", "--remote-allow-origins=*",
+    "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+    "--disable-sync", "--hide-scrollbars", "--disable-extensions", "--disable-default-apps", "--mute-audio",
 ]
+# The DevTools events the checks read (Browser.events), and the one a refused request is recorded as.
+EVENTS = ("Page.loadEventFired", "Runtime.exceptionThrown", "Runtime.consoleAPICalled", "Log.entryAdded")
+REFUSED = "request refused"
+# A default flag of Playwright's that makes Page.captureScreenshot draw a new surface: with it ``screenshot``
+# takes twice as long (ch01 at 400 px: 46-49 s against 25-26 s, the old own client's 26 s).
+SCREENSHOT_SURFACE = "--enable-features=CDPScreenshotNewSurface,SkipListAccountsWithoutGaiaCookies"
 
 # Runs in the page once it has loaded: waits for MathJax and the widget manager, then reports.
 INSPECT = r"""
@@ -281,56 +283,50 @@ def repository_url(config: Path) -> str:
 
 
 class Browser:
-    """One headless Chromium and one tab, driven over the DevTools protocol.
+    """One headless Chromium and one tab, launched by Playwright and driven over the DevTools protocol
+    (a CDP session on the tab: ``call``, ``events``, ``wait_for``).
 
-    Chromium runs in a process group of its own (the Debian ``chromium-headless-shell`` is a shell
-    script that starts the real browser as its child, which starts renderers in turn), so that
-    ``close`` ends all of them, whatever path led there: a failed start, a timeout, an exception, a
-    KeyboardInterrupt. Use it as a context manager, or call ``close`` in a ``finally``; ``close``
-    may be called more than once. The profile folder (``check-browser-*`` in the temporary
-    directory) goes with it."""
+    Playwright's driver (a Node process, the child of this one) starts Chromium in a session of its own
+    with a fresh profile folder in the temporary directory, and ends it, its helpers and the folder with
+    it, when ``close`` runs or when this process ends in any way, SIGKILL included (the driver sees its
+    pipe close; tests/test_browser_cleanup.py). Use it as a context manager, or call ``close`` in a
+    ``finally``; ``close`` may be called more than once. Every http(s) request is refused and recorded
+    (``REFUSED``) except those starting with a prefix in ``allow``."""
+
+    timeout = 60.0  # s a DevTools command may take: a renderer that stops answering is a TimeoutError
+    driver = {"playwright": None, "users": 0}  # Playwright's sync API runs one driver a thread: shared
 
     def __init__(self, chrome: str) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.ws = None
-        self.profile = tempfile.mkdtemp(prefix=PROFILE_PREFIX)
+        self.playwright = self.browser = None
+        self.events: list[dict] = []
         self.allow: tuple[str, ...] = ()  # URL prefixes let through (the search check's local server)
-        STARTED.append({"session": None, "profile": self.profile})
+        mark = f"{os.getpid()}-{time.time_ns()}"  # tells this Chromium apart (``leftovers``)
+        STARTED.append({"session": None, "profile": None})
         try:
-            self._start(chrome)
+            if not self.driver["users"]:
+                from playwright.sync_api import sync_playwright  # the `book` extra
+
+                self.driver["playwright"] = sync_playwright().start()
+            self.driver["users"] += 1
+            self.playwright = self.driver["playwright"]
+            self.browser = self.playwright.chromium.launch(
+                executable_path=chrome, args=CHROME_FLAGS, env={**os.environ, MARK: mark}, timeout=30_000,
+                ignore_default_args=[SCREENSHOT_SURFACE])
+            marked = [p for p in processes() if f"{MARK}={mark}".encode() in p["environ"]]
+            profile = re.search(r"--user-data-dir=(\S+)", " ".join(p["cmd"] for p in marked))
+            STARTED[-1].update(session=marked[0]["session"] if marked else None,
+                               profile=profile.group(1) if profile else None)
+            context = self.browser.new_context(no_viewport=True)  # the window: Emulation.setDeviceMetricsOverride
+            context.route(re.compile(r"^https?://"), self._route)
+            self.page = context.new_page()
+            self.cdp = context.new_cdp_session(self.page)
+            for method in EVENTS:
+                self.cdp.on(method, lambda params, method=method: self.events.append({"method": method, "params": params}))
+            for domain in ("Page", "Runtime", "Log"):
+                self.call(f"{domain}.enable")
         except BaseException:
             self.close()
             raise
-
-    def _start(self, chrome: str) -> None:
-        import urllib.request
-
-        import websocket  # websocket-client, the `book` extra
-
-        self.proc = subprocess.Popen([chrome, *CHROME_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                     env={**os.environ, MARK: self.profile})
-        STARTED[-1]["session"] = self.proc.pid  # start_new_session: the session every helper stays in
-        port_file = Path(self.profile) / "DevToolsActivePort"
-        for _ in range(600):
-            if port_file.exists() and port_file.read_text().count("\n") >= 1:
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Chromium exited: {self.proc.stderr.read().decode()[-500:]}")
-            time.sleep(0.05)
-        else:
-            raise TimeoutError("Chromium did not open its DevTools port within 30 s")
-        port = port_file.read_text().split("\n")[0]
-        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
-        page = next(t for t in targets if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
-        self._ws_timeout = websocket.WebSocketTimeoutException
-        self.next_id = 0
-        self.events: list[dict] = []
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable")
-        # Refuse every request that would leave the machine, and remember it.
-        self.call("Fetch.enable", patterns=[{"urlPattern": "http://*"}, {"urlPattern": "https://*"}])
 
     def __enter__(self) -> "Browser":
         return self
@@ -338,113 +334,64 @@ class Browser:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _route(self, route) -> None:
+        """Let through a request to an ``allow`` prefix; refuse and record every other one."""
+        if self.allow and route.request.url.startswith(self.allow):
+            route.continue_()
+        else:
+            self.events.append({"method": REFUSED, "params": {"request": {"url": route.request.url}}})
+            route.abort("internetdisconnected")
+
     def call(self, method: str, **params) -> dict:
-        self.next_id += 1
-        my_id = self.next_id
-        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
-        while True:
-            msg = self.receive()
-            if msg.get("id") == my_id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-            self.handle(msg)
+        """The DevTools command ``method``'s result. No answer within ``timeout`` is a TimeoutError, a tab
+        or browser gone a ConnectionError (both retried by ``inspect_with_retry``), any other error a
+        RuntimeError."""
+        from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as Silent
 
-    def receive(self) -> dict:
-        """The next DevTools message; a silent socket (60 s) is a TimeoutError."""
         try:
-            return json.loads(self.ws.recv())
-        except self._ws_timeout as e:
-            raise TimeoutError(f"Chromium sent nothing for 60 s: {e}") from e
-
-    def handle(self, msg: dict) -> None:
-        if msg.get("method") == "Fetch.requestPaused" and msg["params"]["request"]["url"].startswith(self.allow or "\0"):
-            self.next_id += 1
-            self.ws.send(json.dumps({"id": self.next_id, "method": "Fetch.continueRequest",
-                                     "params": {"requestId": msg["params"]["requestId"]}}))
-        elif msg.get("method") == "Fetch.requestPaused":
-            self.events.append(msg)
-            self.next_id += 1
-            self.ws.send(json.dumps({"id": self.next_id, "method": "Fetch.failRequest",
-                                     "params": {"requestId": msg["params"]["requestId"],
-                                                "errorReason": "InternetDisconnected"}}))
-        elif "method" in msg:
-            self.events.append(msg)
+            return self.cdp.send(method, params, timeout=self.timeout * 1000)
+        except Silent as e:
+            raise TimeoutError(f"{method}: Chromium did not answer within {self.timeout:.0f} s") from e
+        except Error as e:
+            raise (ConnectionError if "closed" in e.message else RuntimeError)(f"{method}: {e.message}") from e
 
     def wait_for(self, method: str, timeout: float = 60, since: int | None = None) -> None:
         """Wait for the event ``method``. With ``since`` (a length of ``self.events`` taken before the
         command that causes it), an event that already arrived while ``call`` waited for that
         command's reply counts too: a small page can fire its load event before Chromium answers
         ``Page.navigate``, and waiting for a second one would hang."""
-        if since is not None and any(e.get("method") == method for e in self.events[since:]):
-            return
+        from playwright.sync_api import Error
+
+        since = len(self.events) if since is None else since
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = self.receive()
-            if "id" not in msg:
-                self.handle(msg)
-                if msg.get("method") == method:
-                    return
-        raise TimeoutError(f"no {method} within {timeout} s")
+        while not any(e.get("method") == method for e in self.events[since:]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {method} within {timeout} s")
+            try:
+                self.page.wait_for_timeout(50)  # Playwright delivers events while it waits
+            except Error as e:  # the tab or the browser gone
+                raise ConnectionError(f"waiting for {method}: {e.message}") from e
 
     def close(self) -> None:
-        """End Chromium and every process it started, and remove the profile folder. Idempotent."""
-        ws, self.ws = getattr(self, "ws", None), None
-        proc, self.proc = getattr(self, "proc", None), None
+        """End Chromium (its helpers and profile folder go with it), and Playwright's driver when no other
+        Browser uses it. Idempotent."""
+        browser, self.browser = getattr(self, "browser", None), None
+        playwright, self.playwright = getattr(self, "playwright", None), None
         try:
-            if ws is not None:
-                try:
-                    ws.close(timeout=2)
-                except Exception:  # a socket already gone: the processes are ended below all the same
-                    pass
+            if browser is not None:
+                browser.close()
+        except Exception:  # a browser already gone: stopping the driver ends whatever is left
+            pass
         finally:
-            if proc is not None:
-                end_process_group(proc)
-            profile = getattr(self, "profile", None)
-            if profile:
-                for _ in range(20):  # a dying Chromium may still write a file or two
-                    shutil.rmtree(profile, ignore_errors=True)
-                    if not os.path.exists(profile):
-                        break
-                    time.sleep(0.05)
+            if playwright is not None:
+                self.driver["users"] -= 1
+                if not self.driver["users"]:
+                    self.driver["playwright"] = None
+                    playwright.stop()
 
 
-def end_process_group(proc: subprocess.Popen, grace: float = 5) -> None:
-    """SIGTERM to the process group ``proc`` leads (started with ``start_new_session``), SIGKILL to
-    whatever is left after ``grace`` seconds, and reap ``proc``."""
-    import signal
-
-    def signal_group(sig: int) -> bool:
-        try:
-            os.killpg(proc.pid, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-
-    signal_group(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not group_alive(proc.pid):
-            break
-        time.sleep(0.05)
-    signal_group(signal.SIGKILL)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-        pass
-    if proc.stderr:
-        proc.stderr.close()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-STARTED: list[dict] = []  # every Browser this process started: its session id and profile folder
+STARTED: list[dict] = []  # every Browser this process started: its Chromium's session id and profile folder
 
 
 def processes() -> list[dict]:
@@ -467,7 +414,7 @@ def processes() -> list[dict]:
         if stat[0] == "Z":
             continue
         if MARK.encode() + b"=" in environ or "chrom" in exe or "headless_shell" in exe:
-            found.append({"pid": int(entry.name), "session": int(stat[3]), "cmd": cmd[:120], "environ": environ})
+            found.append({"pid": int(entry.name), "session": int(stat[3]), "cmd": cmd, "environ": environ})
     return found
 
 
@@ -477,8 +424,8 @@ def leftovers(started: list[dict] | None = None) -> dict[str, list[str]]:
     tests/test_browser_cleanup.py checks that this is empty after every kind of ending."""
     started = STARTED if started is None else started
     sessions = {b["session"] for b in started if b["session"]}
-    procs = [f"{p['pid']} {p['cmd']}" for p in processes() if p["session"] in sessions]
-    folders = [b["profile"] for b in started if os.path.exists(b["profile"])]
+    procs = [f"{p['pid']} {p['cmd'][:120]}" for p in processes() if p["session"] in sessions]
+    folders = [b["profile"] for b in started if b["profile"] and os.path.exists(b["profile"])]
     return {"processes": sorted(procs), "profiles": sorted(folders)}
 
 
@@ -496,7 +443,7 @@ def console_errors(events: list[dict]) -> list[str]:
         elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
             entry = p["entry"]
             errors.append(f"{entry['source']}: {entry['text']} {entry.get('url', '')}".strip()[:200])
-        elif m == "Fetch.requestPaused":
+        elif m == REFUSED:
             errors.append("network request refused (the site must work offline): " + p["request"]["url"][:150])
     return list(dict.fromkeys(errors))
 

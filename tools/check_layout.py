@@ -8,7 +8,7 @@ Needs a Chromium (``chromium-headless-shell`` or ``chromium`` on PATH, or $CHROM
 ``apt-get install chromium-headless-shell``); without one it says so and exits 0, so ``make book``
 works everywhere (tools/check_site.py checks the CSS rules statically on every build);
 ``--require-browser`` makes that an error (CI). The browser
-is tools/check_browser.py's (offline, its own process group, ended and its profile removed on every
+is tools/check_browser.py's (offline, launched by Playwright, ended and its profile removed on every
 path).
 
 For each page and window width it loads the page, waits for MathJax and the images, and measures
