@@ -528,7 +528,9 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
     the page's full height, which lays the page out for a window no reader has (``100vh`` boxes,
     sticky sidebars and the header computed for a 20,000 px tall window). Rows hidden under a sticky
     header are taken from the next capture, so every row of the page appears once, under the header
-    and beside the sidebars a reader sees at that point. Pages taller than ``MAX_SHOT_PX`` are cut."""
+    and beside the sidebars a reader sees at that point. Pages taller than ``MAX_SHOT_PX`` are cut. Every scroll is
+    ``behavior: instant``: the theme scrolls smoothly, and a smooth scroll is still moving when the
+    capture is taken (two runs of one page differed in half their rows)."""
     import io
 
     from PIL import Image  # Pillow comes with matplotlib (the companion's dependency)
@@ -536,7 +538,7 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
     geometry = json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify((() => {
         // The bars that stay at the top while the page scrolls (the site header, the article's
         // button bar): sticky or fixed, short, starting near the top. Sidebars are tall: not bars.
-        window.scrollTo(0, Math.min(2000, document.documentElement.scrollHeight));
+        window.scrollTo({top: Math.min(2000, document.documentElement.scrollHeight), behavior: "instant"});
         let top = 0;
         for (const el of document.querySelectorAll("body *")) {
           const cs = getComputedStyle(el);
@@ -544,7 +546,7 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
           const r = el.getBoundingClientRect();
           if (r.height > 0 && r.height < 150 && r.top < 200 && r.width > window.innerWidth / 3) top = Math.max(top, r.bottom);
         }
-        window.scrollTo(0, 0);
+        window.scrollTo({top: 0, behavior: "instant"});
         return {total: document.documentElement.scrollHeight, header: Math.max(0, Math.round(top))};
       })())""")["result"]["value"])
     total = min(int(geometry["total"]), MAX_SHOT_PX)
@@ -554,7 +556,7 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
     while y < total:
         target = 0 if y == 0 else y - header
         scrolled = browser.call("Runtime.evaluate", returnByValue=True, awaitPromise=True, expression=(
-            f"(async () => {{ window.scrollTo(0, {target}); await new Promise((r) => requestAnimationFrame("
+            f"(async () => {{ window.scrollTo({{top: {target}, behavior: 'instant'}}); await new Promise((r) => requestAnimationFrame("
             "() => requestAnimationFrame(r))); return window.scrollY; })()"))["result"]["value"]
         shot = Image.open(io.BytesIO(base64.b64decode(
             browser.call("Page.captureScreenshot", format="png")["data"]))).convert("RGB")
@@ -564,7 +566,7 @@ def screenshot(browser: Browser, width: int, height: int = HEIGHT) -> bytes:
             break
         sheet.paste(shot.crop((0, top, width, top + rows)), (0, y))
         y += rows
-    browser.call("Runtime.evaluate", expression="window.scrollTo(0, 0)")
+    browser.call("Runtime.evaluate", expression="window.scrollTo({top: 0, behavior: 'instant'})")
     out = io.BytesIO()
     sheet.save(out, format="PNG", optimize=False)
     return out.getvalue()
