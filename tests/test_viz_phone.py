@@ -198,3 +198,28 @@ def test_a_legend_as_wide_as_the_panel_moves_below_it_on_the_phone(book_style):
     phone = pf.phone_png(fig)[0]
     width, height = struct.unpack(">II", phone[16:24])
     assert phone_label(phone) >= pf.PHONE_MIN_LABEL_PX and height > 0.6 * width  # legend under the panel
+
+
+
+def test_a_grid_constrained_layout_cannot_solve_is_laid_out_by_tight_layout(book_style, monkeypatch):
+    """Constrained layout raised ZeroDivisionError on ch13's surprisal figure narrowed (a zero width ratio
+    in its grid): the copy is narrowed again with tight_layout, a phone rendition all the same, labels
+    >= 9 px. Planted: when that fails too, book_html keeps the desktop PNG alone."""
+    real = pf._narrowed_png
+
+    def no_constrained(fig, text, constrained=True):
+        if constrained:
+            raise ZeroDivisionError("float division by zero")
+        return real(fig, text, constrained=False)
+
+    monkeypatch.setattr(pf, "_narrowed_png", no_constrained)
+    phone = pf.phone_png(wide_plot())
+    assert phone is not None and phone_label(phone[0]) >= pf.PHONE_MIN_LABEL_PX
+
+    def always(fig, text, constrained=True):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(pf, "_narrowed_png", always)
+    with pytest.raises(ZeroDivisionError):
+        pf.phone_png(wide_plot())
+    assert pf.book_html(wide_plot()) is None

@@ -106,9 +106,6 @@ def phone_png(fig: Figure) -> tuple[bytes, dict] | None:
     sits beside the panel, moved below it (``legend_off_data``); the column then shrinks it by at most 352 / 434, so text of 11.1 px
     (10 pt) shows at >= 9 px. A figure still too wide after three rounds gets its small text lifted, as
     ``book_png`` does at 1280 px. PNG at ``PHONE_RATIO`` x, with the same record as ``book_png``."""
-    import pickle
-    import warnings
-
     text = _smallest_px(fig)
     if text is None:
         return None
@@ -119,13 +116,22 @@ def phone_png(fig: Figure) -> tuple[bytes, dict] | None:
     if not any(ax.axison for ax in fig.axes):  # a diagram: wrapped, not narrowed
         return _wrapped_png(fig, text)
     try:
-        narrow = pickle.loads(pickle.dumps(fig))
-    except Exception:  # noqa: BLE001  (an unpicklable artist: the desktop rendition only)
-        return None
+        return _narrowed_png(fig, text)
+    except ZeroDivisionError:  # constrained layout could not solve the narrowed grid (ch13's surprisal
+        return _narrowed_png(fig, text, constrained=False)  # figure): tight_layout instead
+
+
+def _narrowed_png(fig: Figure, text: float, constrained: bool = True) -> tuple[bytes, dict]:
+    """``phone_png``'s rendition of a plot: a copy of ``fig`` narrowed, restacked and re-laid out
+    (by constrained layout unless ``constrained`` is False or the figure has its own engine)."""
+    import pickle
+    import warnings
+
+    narrow = pickle.loads(pickle.dumps(fig))  # an unpicklable artist raises: phone_png wraps instead
     plt.close(narrow)  # unpickling registers a pyplot copy; the notebook must not draw it again
     _agg(narrow)  # closing it left a bare canvas, on which legend_off_data could not measure
     rows = _restack(narrow)
-    if narrow.get_layout_engine() is None:  # laid out at every draw: nested grids and colorbars included
+    if constrained and narrow.get_layout_engine() is None:  # laid out at every draw: nested grids and colorbars included
         try:
             narrow.set_layout_engine("constrained")
         except Exception:  # noqa: BLE001  (an engine that cannot be swapped: tight_layout below)
