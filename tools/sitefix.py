@@ -19,9 +19,19 @@ by the build, not by the browser:
 
 It also gives each code cell tagged ``claim-<name>`` the HTML id ``claim-<name>``, so that the
 generated index of checked claims (tools/backmatter.py, book/claims.md) links to the cell itself.
+
+- A glued figure with a phone rendition is an HTML ``<picture>`` (companion.notebook.phone_figures), and
+  myst-nb applies a ``{glue:figure}``'s ``:alt:`` only to a PNG output, so the figure would show the
+  alt text generated from its labels instead of the one the chapter wrote. The chapter's own ``:alt:``
+  is put on the picture's ``<img>``.
 """
 
 from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
 
 
 def _default_mode(app, pagename, templatename, context, doctree) -> None:
@@ -63,6 +73,47 @@ def _drop_unused_widget_js(app, doctree) -> None:
         del js_files[key]
 
 
+GLUE_ALT = re.compile(r"```\{glue:figure\}\s*(\S+)\s*\n((?::[a-z]+:.*\n)*)")
+IMG_ALT = re.compile(r'(<picture class="companion-figure">.*?<img [^>]*?alt=")[^"]*(")', re.S)
+
+
+def authored_alts(path: Path) -> dict[str, str]:
+    """{glued name: its ``:alt:``} of every ``{glue:figure}`` in a notebook's markdown cells (or a
+    page's text)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        cells = json.loads(text)["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    alts = {}
+    for name, options in GLUE_ALT.findall(text):
+        found = re.search(r"^:alt:[ \t]*(.*)$", options, re.M)
+        if found:
+            alts[name] = found.group(1).strip()
+    return alts
+
+
+def with_alt(raw_html: str, alt: str) -> str:
+    """``raw_html`` with ``alt`` on its companion picture's ``<img>`` (unchanged without one)."""
+    return IMG_ALT.sub(lambda m: m.group(1) + html.escape(alt, quote=True) + m.group(2), raw_html, count=1)
+
+
+def _figure_alts(app, doctree) -> None:
+    from docutils import nodes
+
+    try:
+        alts = authored_alts(Path(app.env.doc2path(app.env.docname)))
+    except (OSError, ValueError, KeyError):  # not a page this can read: its figures keep the generated alt
+        return
+    for figure in doctree.findall(nodes.figure):
+        alt = next((alts[n] for n in figure.get("names", []) if n in alts), None)
+        if alt is None:
+            continue
+        for raw in figure.findall(nodes.raw):
+            if "companion-figure" in raw.astext():
+                new = with_alt(raw.astext(), alt)
+                raw.replace_self(nodes.raw("", new, format=raw.get("format", "html")))
+
+
 def _claim_ids(app, doctree) -> None:
     from docutils import nodes
 
@@ -79,4 +130,5 @@ def setup(app):
     # a template name never runs.
     app.connect("html-page-context", _dedupe_scripts, priority=100)
     app.connect("doctree-read", _drop_unused_widget_js)
+    app.connect("doctree-read", _figure_alts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
