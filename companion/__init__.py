@@ -61,7 +61,9 @@ Below them: the pages (``inference/paged.py``, ``inference/block_manager.py``) a
 For the notebooks
 - ``companion.profile()``: the quick / gpu switch, device choice and seeding every chapter starts
   with (the module is ``companion.notebook.profile``).
-- ``companion.notebook``: ``viz`` (plots and diagrams), ``widgets`` (explorers), ``attention_maps``.
+- ``companion.notebook``: ``style`` (``use_book_style()``, every chapter's first call), ``viz`` (plots
+  and the book's PNG), ``phone_figures`` (each figure drawn again for a phone), ``widgets`` (explorers),
+  ``attention_maps``.
 - ``companion.exercises``: checkers for the chapters' exercises, ``check("ch01.masked_softmax", fn)``.
 """
 

@@ -51,13 +51,14 @@ import struct  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from companion.notebook import viz  # noqa: E402
+from companion.notebook import viz
+from companion.notebook.style import use_book_style  # noqa: E402
 
 
 @pytest.fixture
 def book_style():
     saved = dict(plt.rcParams)
-    viz.use_book_style()
+    use_book_style()
     yield
     plt.close("all")
     plt.rcParams.update(saved)
@@ -140,7 +141,7 @@ def test_use_book_style_registers_the_png_formatter(book_style):
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    viz.use_book_style()
+    use_book_style()
     fig, ax = plt.subplots()
     ax.plot([0, 1])
     data, metadata = shell.display_formatter.format(fig)

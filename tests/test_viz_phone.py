@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from companion.notebook import phone_figures as pf  # noqa: E402
-from companion.notebook import viz  # noqa: E402
+from companion.notebook import viz
+from companion.notebook.style import use_book_style  # noqa: E402
 from test_viz import book_style  # noqa: E402, F401  (the book's figure style, restored after each test)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +146,7 @@ def test_the_shell_shows_the_picture_and_keeps_the_png(book_style):
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    viz.use_book_style()
+    use_book_style()
     data, metadata = shell.display_formatter.format(wide_plot())
     assert data["text/html"].startswith("<picture") and "image/png" in data and "width" in metadata["image/png"]
 

@@ -2,7 +2,7 @@
 
 At a 400 px window the book's column is ``PHONE_COLUMN_PX`` (352 px) wide, and a figure drawn for the
 717 px column at 1280 px is shown at half its size: 11 px labels at 5.4 px. ``book_html(fig)``, which
-``viz.use_book_style`` registers as IPython's ``text/html`` formatter, returns a ``<picture>``: a phone
+``style.use_book_style`` registers as IPython's ``text/html`` formatter, returns a ``<picture>``: a phone
 source that the browser shows below ``PHONE_MEDIA``, drawn so that its smallest label is at least
 ``PHONE_MIN_LABEL_PX`` (9 px) as shown there, and above it the desktop PNG of ``viz.book_png`` (the
 ``image/png`` of the same output, kept for frontends that do not show HTML). tools/check_layout.py

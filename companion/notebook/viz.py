@@ -1,7 +1,8 @@
 """Plots shared by the chapters, and the one figure style of the book, for screen and print.
 
 What this module provides
-- ``use_book_style()``: one call at the top of a notebook. Figures are laid out at ``DPI`` (80 CSS
+- ``apply_style()``: the book's figure style, which ``companion.notebook.style.use_book_style()``, the
+  one call at the top of a notebook, applies. Figures are laid out at ``DPI`` (80 CSS
   px per inch, as before: the ``<Figure size WxH>`` text the notebooks store, which nbval compares,
   stays the same) and saved as PNG at ``PIXEL_RATIO`` times that (200 dpi: sharp on high-density
   screens, when zoomed and in print), with the display width in the output's metadata so the page
@@ -12,9 +13,9 @@ What this module provides
   * no text smaller than ``MIN_LABEL_PX`` (11 px) as rendered in the book's column at 1280 px
     (figures wider than the column are shown scaled down: their smallest text is scaled up to match);
   * a legend that covers plotted data is moved below the axes (``legend_off_data``).
-- ``use_book_style`` also registers ``companion.notebook.phone_figures.book_html`` as the
-  ``text/html`` formatter: the figure drawn for a phone's column too, in a ``<picture>`` the browser
-  picks from; the ``image/png`` stays in the bundle.
+- ``use_book_style`` (``companion.notebook.style``) also registers
+  ``companion.notebook.phone_figures.book_html`` as the ``text/html`` formatter: the figure drawn for a
+  phone's column too, in a ``<picture>`` the browser picks from; the ``image/png`` stays in the bundle.
 - ``attention_heatmap(weights, ...)``: a (T, S) weight matrix with token labels on both axes.
 - ``text_px(fig)``: the smallest text of a figure in CSS px as displayed (tests use it).
 """
@@ -30,7 +31,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-__all__ = ["use_book_style", "attention_heatmap", "book_png", "legend_off_data", "text_px",
+__all__ = ["apply_style", "attention_heatmap", "book_png", "legend_off_data", "text_px",
            "figure_record", "read_figure_record",
            "DPI", "PIXEL_RATIO", "COLUMN_PX", "MIN_LABEL_PX"]
 
@@ -43,8 +44,9 @@ RECORD_KEY = "companion:figure"  # the PNG text chunk that carries a figure's sm
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
 
-def use_book_style(dpi: int = DPI) -> None:
-    """The book's figure style for pyplot figures, and the book's PNG for everything displayed."""
+def apply_style(dpi: int = DPI) -> None:
+    """The book's figure style for pyplot figures (``companion.notebook.style.use_book_style`` also
+    routes every displayed figure through ``book_png`` and the phone rendition)."""
     from cycler import cycler
 
     plt.rcParams.update(
@@ -73,19 +75,6 @@ def use_book_style(dpi: int = DPI) -> None:
             "figure.titlesize": 12,
         }
     )
-    try:  # inside IPython: every figure through book_png (and book_html for phones), and no SVG
-        from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
-
-        set_matplotlib_formats("png")
-        shell = get_ipython()
-        if shell is not None:
-            shell.display_formatter.formatters["image/png"].for_type(Figure, book_png)
-            from companion.notebook.phone_figures import book_html  # it builds on this module
-
-            shell.display_formatter.formatters["text/html"].for_type(Figure, book_html)
-    except ImportError:  # plain Python: nothing to configure
-        pass
 
 
 def _scale(fig: Figure) -> float:
